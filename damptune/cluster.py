@@ -1,0 +1,98 @@
+"""Connect to a Dask cluster: a local one made on demand, a scheduler address, or a client."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from distributed import Client, LocalCluster
+
+from damptune.errors import ConfigError
+from damptune.state import TrainData
+
+__all__ = ["connect", "worker_addresses", "scatter_data", "local_cluster", "gather_within"]
+
+
+def local_cluster(*, n_workers: int, local_directory: str | None = None) -> LocalCluster:
+    """A LocalCluster of single-threaded worker processes bound to 127.0.0.1."""
+    directory = local_directory or os.path.join(os.getcwd(), "runs", "dask-scratch")
+    os.makedirs(directory, exist_ok=True)
+    return LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        local_directory=directory,
+        silence_logs=40,  # logging.ERROR
+    )
+
+
+@contextlib.contextmanager
+def connect(
+    cluster: Any, *, n_workers: int, local_directory: str | None = None
+) -> Iterator[Client]:
+    """Yield a client for ``cluster``; what this function starts, it also stops.
+
+    ``cluster`` is None (start a LocalCluster of ``n_workers``), a scheduler address string,
+    a ``distributed.Client`` or a Dask cluster object.
+    """
+    if isinstance(cluster, Client):
+        yield cluster
+        return
+    owned: Any = None
+    if cluster is None:
+        owned = cluster = local_cluster(n_workers=n_workers, local_directory=local_directory)
+    if isinstance(cluster, str):
+        client = Client(cluster, timeout="30s", set_as_default=False)
+    elif hasattr(cluster, "scheduler_address"):
+        client = Client(cluster, set_as_default=False)
+    else:
+        raise ConfigError(
+            "cluster", cluster, "None, a scheduler address, a distributed.Client or a cluster"
+        )
+    try:
+        yield client
+    finally:
+        client.close()
+        if owned is not None:
+            owned.close()
+
+
+def worker_addresses(client: Client) -> list[str]:
+    """Addresses of the cluster's workers, sorted (rank r goes to the r-th)."""
+    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+
+_SCATTERED: dict[tuple[str, str], Any] = {}
+
+
+def scatter_data(client: Client, data: TrainData) -> Any:
+    """Send the data to every worker once per cluster; return its future (cached per client)."""
+    digest = hashlib.sha1()
+    for t in (data.X, data.y, data.X_test, data.y_test):
+        if t is not None:
+            digest.update(str(tuple(t.shape)).encode())
+            digest.update(t.detach().cpu().contiguous().numpy().tobytes())
+    key = (client.id, digest.hexdigest())
+    if key not in _SCATTERED:
+        _SCATTERED[key] = client.scatter(data, broadcast=True, hash=False)
+    return _SCATTERED[key]
+
+
+def gather_within(futures: list[Any], *, timeout: float, what: str) -> list[Any]:
+    """Results of ``futures`` in order, or ClusterError if they take longer than ``timeout``."""
+    import time
+
+    from damptune.errors import ClusterError
+
+    deadline = time.monotonic() + timeout
+    try:
+        return [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
+    except TimeoutError as exc:
+        for f in futures:
+            f.cancel()
+        raise ClusterError(f"{what}: ranks did not answer within timeout={timeout} s") from exc

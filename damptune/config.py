@@ -1,0 +1,134 @@
+"""The engine's configuration: one plain, validated, serializable record."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from damptune.dampers import DAMPERS, Damper, get_damper
+from damptune.errors import ConfigError
+
+__all__ = ["TrainConfig", "MODES", "import_path", "resolve", "n_workers_for"]
+
+MODES = ("local", "centralized", "decentralized")
+# Fields that define the math of a run: a checkpoint written under other values cannot continue.
+IDENTITY_FIELDS = (
+    "module",
+    "module_kwargs",
+    "optimizer",
+    "optimizer_kwargs",
+    "lr",
+    "damper",
+    "damper_kwargs",
+    "max_batch_size",
+    "seed",
+    "n_train",
+)
+
+
+def import_path(obj: Any) -> str:
+    """``"package.module:QualName"`` of a class or function (how it travels to workers)."""
+    return f"{obj.__module__}:{obj.__qualname__}"
+
+
+def resolve(path: str) -> Any:
+    """Inverse of :func:`import_path`."""
+    module, _, name = path.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass
+class TrainConfig:
+    """Everything the engine needs to train and to continue exactly.
+
+    Units: sizes in examples, ``max_epochs``/``eval_every`` in epochs (passes over the training
+    set), ``checkpoint_every`` in model updates.
+    """
+
+    module: str
+    module_kwargs: dict[str, Any] = field(default_factory=dict)
+    optimizer: str = "torch.optim.sgd:SGD"
+    optimizer_kwargs: dict[str, Any] = field(default_factory=dict)
+    lr: float = 0.05
+    damper: str = "sgd"
+    damper_kwargs: dict[str, Any] = field(default_factory=dict)
+    max_batch_size: int = 1024  # examples; the cap of the cap-then-decay rule
+    per_worker_batch: int = 128  # examples per rank at which another rank is added
+    min_workers: int = 1
+    max_workers: int = 8
+    max_epochs: float = 10.0
+    max_updates: int | None = None  # stop after this many updates in all (None: no limit)
+    eval_every: float = 1.0  # epochs
+    checkpoint_every: int | None = None  # updates (None: only at the end)
+    seed: int = 0
+    mode: str = "local"
+    device: str = "cpu"
+    backend: str = "gloo"
+    train_loss_examples: int = 1024  # size of the fixed training subset for AdaDamp's F(w)
+    n_train: int = 0  # set from the data
+    timeout: float = 120.0  # seconds any remote wait may take
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def identity(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in IDENTITY_FIELDS}
+
+    def make_damper(self) -> Damper:
+        cls = DAMPERS.get(self.damper) or resolve(self.damper)
+        return get_damper(cls, **self.damper_kwargs)
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for the first invalid value (before any work starts)."""
+        if self.mode not in MODES:
+            raise ConfigError("mode", self.mode, f"one of {list(MODES)}")
+        for name in ("max_batch_size", "per_worker_batch", "min_workers", "max_workers"):
+            _positive_int(name, getattr(self, name))
+        if self.min_workers > self.max_workers:
+            raise ConfigError(
+                "min_workers", self.min_workers, f"at most max_workers={self.max_workers}"
+            )
+        for name in ("lr", "max_epochs", "eval_every", "timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigError(name, value, "a positive number")
+            if not math.isfinite(value):
+                raise ConfigError(name, value, "a finite positive number")
+        for name in ("max_updates", "checkpoint_every"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        _positive_int("train_loss_examples", self.train_loss_examples)
+        damper = self.make_damper()
+        damper._check()
+        if damper.initial > self.max_batch_size:
+            raise ConfigError(
+                "max_batch_size",
+                self.max_batch_size,
+                f"at least the initial batch size batch_size__initial={damper.initial}",
+            )
+        if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
+            raise ConfigError("device", self.device, "'cpu', 'cuda', 'cuda:N' or 'auto'")
+        if self.backend not in ("gloo", "nccl"):
+            raise ConfigError("backend", self.backend, "'gloo' (CPU) or 'nccl' (GPU)")
+
+
+def n_workers_for(batch_size: int, config: TrainConfig) -> int:
+    """Ranks for a batch: ``clip(ceil(B / per_worker_batch), min_workers, max_workers)``."""
+    p = math.ceil(batch_size / config.per_worker_batch)
+    return int(min(max(p, config.min_workers), config.max_workers))
+
+
+def _positive_int(param: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(param, value, "a positive integer")

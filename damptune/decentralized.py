@@ -1,0 +1,260 @@
+"""Decentralized (all-reduce) data parallelism: P ranks on P Dask workers.
+
+The ranks form a ``torch.distributed`` group (gloo on CPU, NCCL on GPU) and each runs the same
+update loop (:func:`damptune.loop.advance`) on its own copy of the model: it computes the
+gradient sum over its share of the global batch and the group all-reduces one flat buffer
+(gradients, loss sum and a flush flag). The driver runs the loop in *segments*: each Dask task
+runs updates until a boundary (evaluation, checkpoint, change of P, end, or rank 0's flush
+timer), and returns rank 0's records, so the driver sees progress without a round trip per
+update. A change of P re-forms the group from rank 0's checkpoint, the same way a resumed run
+starts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from distributed import Client, get_worker
+
+from damptune.cluster import gather_within
+from damptune.config import TrainConfig, n_workers_for
+from damptune.errors import ClusterError
+from damptune.loop import CHECKPOINT, DONE, MAX_UPDATES, RESIZE, Emit, advance, shard_evaluate
+from damptune.loop import shard_forward as _shard_forward
+from damptune.state import TrainData, TrainState, resolve_device
+from damptune.worker import forget, registry
+
+__all__ = ["DecentralizedRunner"]
+
+FLUSH_SECONDS = 1.0  # rank 0 ends a segment after this long, so progress reaches the driver
+_SYNC_REASONS = (CHECKPOINT, RESIZE, DONE, MAX_UPDATES)
+
+
+# -- on the workers ------------------------------------------------------------------------
+class RankOps:
+    """Gradients on this rank's share, summed over the group by one all-reduce."""
+
+    def __init__(self, model: torch.nn.Module, data: TrainData, rank: int, world: int) -> None:
+        self.model, self.data, self.rank, self.world_size = model, data, rank, world
+        self.segment_start = time.perf_counter()
+
+    def _all_reduce(self, values: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        return values
+
+    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, bool]:
+        t0 = time.perf_counter()
+        loss = _shard_forward(self.model, self.data.X, self.data.y, shares[self.rank], grad=True)
+        t1 = time.perf_counter()
+        params = list(self.model.parameters())
+        flush = self.rank == 0 and t1 - self.segment_start > FLUSH_SECONDS
+        device = params[0].device
+        tail = torch.tensor([loss, 1.0 if flush else 0.0], dtype=params[0].dtype, device=device)
+        flat = torch.cat([p.grad.reshape(-1) for p in params] + [tail])  # type: ignore[union-attr]
+        self._all_reduce(flat)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[offset : offset + n].view_as(p))  # type: ignore[union-attr]
+            offset += n
+        loss_total, flag = flat[offset:].tolist()
+        return loss_total, t1 - t0, time.perf_counter() - t1, flag > 0
+
+    def loss(self, shares: list[np.ndarray]) -> float:
+        loss = _shard_forward(self.model, self.data.X, self.data.y, shares[self.rank], grad=False)
+        device = next(self.model.parameters()).device
+        return float(self._all_reduce(torch.tensor([loss], dtype=torch.float64, device=device)))
+
+    def evaluate(self, n_ranks: int) -> tuple[float, int, int]:
+        X, y = self.data.X_test, self.data.y_test
+        if X is None or y is None:
+            return float("nan"), 0, 0
+        idx = np.array_split(np.arange(len(y)), self.world_size)[self.rank]
+        loss, correct = shard_evaluate(self.model, X, y, idx)
+        device = next(self.model.parameters()).device
+        out = self._all_reduce(torch.tensor([loss, correct], dtype=torch.float64, device=device))
+        return float(out[0]), int(round(float(out[1]))), len(y)
+
+
+def _host(address: str) -> str:
+    return address.split("://")[-1].rsplit(":", 1)[0].strip("[]")
+
+
+def open_store(group_key: str, timeout: float) -> tuple[str, int]:
+    """On rank 0's worker: start the rendezvous store on a free port; return (host, port)."""
+    host = _host(get_worker().address)
+    store = dist.TCPStore(
+        host, 0, is_master=True, wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=timeout),
+    )
+    registry(group_key)["store"] = store
+    return host, store.port
+
+
+def rank_setup(
+    group_key: str,
+    rank: int,
+    world: int,
+    host: str,
+    port: int,
+    config: TrainConfig,
+    data: TrainData,
+    ckpt: dict[str, Any],
+) -> int:
+    """Join the group and build this rank's state from the driver's checkpoint dict."""
+    reg = registry(group_key)
+    timeout = datetime.timedelta(seconds=config.timeout)
+    if dist.is_initialized():  # a group left behind by a driver that died: not ours any more
+        dist.destroy_process_group()
+    store = reg.get("store") or dist.TCPStore(host, port, is_master=False, timeout=timeout)
+    device = resolve_device(config)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(
+        config.backend, store=dist.PrefixStore(group_key, store), rank=rank, world_size=world,
+        timeout=timeout,
+    )
+    state = TrainState(config, device=device)
+    state.restore(ckpt)
+    reg["state"] = state
+    reg["ops"] = RankOps(state.model, data.to(device), rank, world)
+    return rank
+
+
+def rank_advance(group_key: str) -> tuple[str, list[dict[str, Any]], dict[str, Any] | None]:
+    """Run a segment; rank 0 returns its records, and its state at a sync boundary."""
+    reg = registry(group_key)
+    state: TrainState = reg["state"]
+    ops: RankOps = reg["ops"]
+    ops.segment_start = time.perf_counter()
+    state.history = []
+    reason = advance(state, ops, emit=lambda record: None)
+    if ops.rank != 0:
+        return reason, [], None
+    ckpt = _rank_checkpoint(state) if reason in _SYNC_REASONS else None
+    return reason, state.history, ckpt
+
+
+def rank_checkpoint(group_key: str) -> dict[str, Any]:
+    return _rank_checkpoint(registry(group_key)["state"])
+
+
+def _rank_checkpoint(state: TrainState) -> dict[str, Any]:
+    ckpt = state.checkpoint()
+    del ckpt["history"]  # the driver keeps the history
+    return ckpt
+
+
+def rank_teardown(group_key: str) -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    forget(group_key)
+
+
+# -- on the driver -------------------------------------------------------------------------
+class DecentralizedRunner:
+    """Drives segments on a group of ranks and re-forms the group when P changes."""
+
+    def __init__(
+        self, *, client: Client, config: TrainConfig, data_future: Any, workers: list[str]
+    ) -> None:
+        if config.max_workers > len(workers):
+            raise ClusterError(
+                f"mode='decentralized' needs one Dask worker per rank: max_workers="
+                f"{config.max_workers} but the cluster has {len(workers)} worker(s). "
+                "Lower max_workers or add workers."
+            )
+        self.client, self.config, self.data_future = client, config, data_future
+        self.workers = workers
+        self.group_key: str | None = None
+        self.ranks: list[str] = []
+        self.synced = True
+
+    def _wait(self, futures: list[Any], what: str) -> list[Any]:
+        return gather_within(futures, timeout=self.config.timeout, what=what)
+
+    def _submit(self, rank: int, fn: Any, *args: Any) -> Any:
+        return self.client.submit(
+            fn, *args, workers=[self.ranks[rank]], allow_other_workers=False, pure=False
+        )
+
+    def form(self, state: TrainState, world: int) -> None:
+        """Start a group of ``world`` ranks from the state's checkpoint."""
+        self.teardown()
+        self.group_key = f"group-{uuid.uuid4().hex[:12]}"
+        self.ranks = self.workers[:world]
+        ckpt = state.checkpoint()
+        del ckpt["history"]
+        (host, port), = self._wait(
+            [self._submit(0, open_store, self.group_key, self.config.timeout)], "rendezvous"
+        )
+        futures = [
+            self._submit(r, rank_setup, self.group_key, r, world, host, port, self.config,
+                         self.data_future, ckpt)
+            for r in range(world)
+        ]
+        self._wait(futures, f"forming a group of {world} ranks")
+        self.synced = True
+
+    def world_for(self, state: TrainState) -> int:
+        """The group size the next update needs (a guess if it is not planned yet)."""
+        if state.pending_step is not None:
+            return n_workers_for(state.pending_step.batch_size, self.config)
+        for record in reversed(state.history):
+            if record.get("kind") == "update":
+                return int(record["n_workers"])
+        return n_workers_for(state.damper.initial, self.config)
+
+    def advance(self, state: TrainState, emit: Emit) -> str:
+        while True:
+            if self.group_key is None:
+                self.form(state, self.world_for(state))
+            futures = [self._submit(r, rank_advance, self.group_key) for r in range(len(self.ranks))]
+            self.synced = False
+            results = self._wait(futures, "training segment")
+            reasons = {r[0] for r in results}
+            if len(reasons) != 1:
+                raise ClusterError(f"ranks disagree on where the segment ended: {reasons}")
+            reason, records, ckpt = results[0]
+            if ckpt is not None:
+                ckpt["history"] = state.history + records
+                state.restore(ckpt)
+                self.synced = True
+            else:
+                state.history.extend(records)
+            for record in records:
+                emit(record)
+            if reason == RESIZE:
+                self.form(state, self.world_for(state))
+                continue
+            return reason
+
+    def sync(self, state: TrainState) -> None:
+        """Bring the driver's state up to rank 0's (e.g. after a callback stopped training)."""
+        if self.synced or self.group_key is None:
+            return
+        (ckpt,) = self._wait([self._submit(0, rank_checkpoint, self.group_key)], "sync")
+        ckpt["history"] = state.history
+        state.restore(ckpt)
+        self.synced = True
+
+    def teardown(self) -> None:
+        if self.group_key is None:
+            return
+        futures = [self._submit(r, rank_teardown, self.group_key) for r in range(len(self.ranks))]
+        try:
+            self._wait(futures, "teardown")
+        finally:
+            self.group_key, self.ranks = None, []
+
+    def close(self, state: TrainState) -> None:
+        try:
+            self.sync(state)
+        finally:
+            self.teardown()

@@ -1,0 +1,226 @@
+"""The update loop, shared by every mode.
+
+It reads top to bottom: plan the update (damper → batch size, lr, ranks) → draw the batch →
+gradient on the ranks (``ops``) → optimizer step → record → evaluate / checkpoint boundary.
+``ops`` decides where gradients are computed: in this process (``local``), on Dask workers
+through the driver (``centralized``) or on ranks that all-reduce (``decentralized``, where this
+loop runs on every rank). All of them leave the *sum* of per-example gradients in ``.grad``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from damptune.config import n_workers_for
+from damptune.dampers import Progress
+from damptune.sampler import split_shares
+from damptune.state import TrainData, TrainState
+
+__all__ = ["Ops", "LocalOps", "advance", "shard_forward", "shard_evaluate", "Emit"]
+
+Emit = Callable[[dict[str, Any]], None]
+# Why `advance` returned: training is over, or a boundary where the driver must act.
+DONE, MAX_UPDATES, CHECKPOINT, RESIZE, FLUSH = "done", "max_updates", "checkpoint", "resize", "flush"
+
+
+class Ops(Protocol):
+    """Where gradients and losses are computed (one implementation per mode)."""
+
+    world_size: int | None  # fixed number of ranks (decentralized), None if any P works
+
+    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, bool]:
+        """Sum-of-gradients into ``.grad``; returns (loss sum, compute s, comm s, flush?)."""
+        ...
+
+    def loss(self, shares: list[np.ndarray]) -> float:
+        """Sum of training losses over the shares (no gradient)."""
+        ...
+
+    def evaluate(self, n_ranks: int) -> tuple[float, int, int]:
+        """(loss sum, correct, count) on the evaluation set."""
+        ...
+
+
+def shard_forward(
+    model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, idx: np.ndarray, *, grad: bool
+) -> float:
+    """Sum of the cross-entropy losses of examples ``idx``; with ``grad`` its gradient is left
+    in ``.grad`` (zeros for an empty shard)."""
+    model.zero_grad(set_to_none=False)
+    if len(idx) == 0:
+        for p in model.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        return 0.0
+    index = torch.as_tensor(idx, device=X.device)
+    with torch.set_grad_enabled(grad):
+        loss = F.cross_entropy(model(X[index]), y[index], reduction="sum")
+    if grad:
+        loss.backward()
+    return float(loss.detach())
+
+
+def shard_evaluate(
+    model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, idx: np.ndarray, chunk: int = 2048
+) -> tuple[float, int]:
+    """(loss sum, number correct) over examples ``idx``, in chunks."""
+    loss_sum, correct = 0.0, 0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(idx), chunk):
+            index = torch.as_tensor(idx[start : start + chunk], device=X.device)
+            out = model(X[index])
+            loss_sum += float(F.cross_entropy(out, y[index], reduction="sum"))
+            correct += int((out.argmax(1) == y[index]).sum())
+    model.train(was_training)
+    return loss_sum, correct
+
+
+class LocalOps:
+    """Everything in this process: the single-process reference the other modes must match."""
+
+    world_size = None
+
+    def __init__(self, model: torch.nn.Module, data: TrainData) -> None:
+        self.model, self.data = model, data
+
+    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, bool]:
+        t0 = time.perf_counter()
+        loss = shard_forward(self.model, self.data.X, self.data.y, np.concatenate(shares),
+                             grad=True)
+        return loss, time.perf_counter() - t0, 0.0, False
+
+    def loss(self, shares: list[np.ndarray]) -> float:
+        idx = np.concatenate(shares)
+        return shard_forward(self.model, self.data.X, self.data.y, idx, grad=False)
+
+    def evaluate(self, n_ranks: int) -> tuple[float, int, int]:
+        X, y = self.data.X_test, self.data.y_test
+        if X is None or y is None:
+            return float("nan"), 0, 0
+        loss, correct = shard_evaluate(self.model, X, y, np.arange(len(y)))
+        return loss, correct, len(y)
+
+
+def train_loss_subset(state: TrainState) -> np.ndarray:
+    """The fixed training subset on which AdaDamp measures F(w)."""
+    cfg = state.config
+    rng = np.random.default_rng([cfg.seed, 2**31 - 1])
+    return rng.permutation(cfg.n_train)[: cfg.train_loss_examples].astype(np.int64)
+
+
+def advance(
+    state: TrainState,
+    ops: Ops,
+    *,
+    emit: Emit,
+) -> str:
+    """Run updates until training ends or a boundary the driver must handle; return why."""
+    cfg = state.config
+    subset = train_loss_subset(state)
+    while True:
+        if state.finished():
+            return DONE
+        if cfg.max_updates is not None and state.update >= cfg.max_updates:
+            return MAX_UPDATES
+
+        # plan: damping → batch size and lr (cap-then-decay) → ranks
+        if state.pending_step is None:
+            progress = Progress(
+                update=state.update,
+                epoch=state.epoch,
+                examples_seen=state.examples_seen,
+                loss=state.last_loss,
+                grad_sq_norm=state.last_grad_sq_norm,
+                train_loss=lambda: ops.loss(split_shares(subset, _ranks(ops))) / len(subset),
+            )
+            state.pending_step = state.damper.step(
+                progress, lr0=cfg.lr, max_batch_size=cfg.max_batch_size
+            )
+        step = state.pending_step
+        n_ranks = n_workers_for(step.batch_size, cfg)
+        if ops.world_size is not None and n_ranks != ops.world_size:
+            return RESIZE
+
+        # gradient of the global batch: each rank sums over its share
+        t0 = time.perf_counter()
+        indices = state.sampler.take(step.batch_size)
+        loss_sum, t_compute, t_comm, flush = ops.gradient(split_shares(indices, n_ranks))
+        grad_sq = 0.0
+        for p in state.model.parameters():
+            assert p.grad is not None
+            p.grad.div_(step.batch_size)
+            grad_sq += float(p.grad.pow(2).sum())
+        for group in state.optimizer.param_groups:
+            group["lr"] = step.lr
+        state.optimizer.step()
+        t_update = time.perf_counter() - t0
+
+        # record
+        state.pending_step = None
+        state.update += 1
+        state.examples_seen += step.batch_size
+        state.last_loss = loss_sum / step.batch_size
+        state.last_grad_sq_norm = grad_sq
+        state.damper.observe(loss=state.last_loss, grad_sq_norm=grad_sq)
+        state.time_elapsed += t_update
+        record = {
+            "kind": "update",
+            "update": state.update,
+            "epoch": state.epoch,
+            "examples_seen": state.examples_seen,
+            "batch_size": step.batch_size,
+            "lr": step.lr,
+            "damping": step.damping,
+            "n_workers": n_ranks,
+            "loss": state.last_loss,
+            "grad_sq_norm": grad_sq,
+            "time_compute": t_compute,
+            "time_comm": t_comm,
+            "time_update": t_update,
+            "time_elapsed": state.time_elapsed,
+        }
+        state.history.append(record)
+        emit(record)
+
+        # evaluation points every `eval_every` epochs, and at the end
+        if state.epoch >= state.next_eval * cfg.eval_every or state.finished():
+            while state.next_eval * cfg.eval_every <= state.epoch:
+                state.next_eval += 1
+            evaluate(state, ops, emit=emit, n_ranks=n_ranks)
+            if ops.world_size is not None:
+                return FLUSH  # let the driver see the evaluation (pruning) now
+        if cfg.checkpoint_every and state.update % cfg.checkpoint_every == 0:
+            return CHECKPOINT
+        if flush:  # all ranks agree: the flag travelled in the all-reduce
+            return FLUSH
+
+
+def evaluate(state: TrainState, ops: Ops, *, emit: Emit, n_ranks: int) -> dict[str, Any]:
+    """Evaluate on the held-out set, record and emit the result."""
+    t0 = time.perf_counter()
+    loss_sum, correct, count = ops.evaluate(n_ranks)
+    state.time_elapsed += time.perf_counter() - t0
+    record = {
+        "kind": "eval",
+        "update": state.update,
+        "epoch": state.epoch,
+        "examples_seen": state.examples_seen,
+        "test_loss": loss_sum / count if count else float("nan"),
+        "test_accuracy": correct / count if count else float("nan"),
+        "time_elapsed": state.time_elapsed,
+    }
+    state.history.append(record)
+    emit(record)
+    return record
+
+
+def _ranks(ops: Ops) -> int:
+    return ops.world_size or 1

@@ -1,0 +1,137 @@
+"""The driver: setup → resume → loop over boundaries (checkpoint) → teardown.
+
+Example:
+    >>> import numpy as np
+    >>> from damptune.config import TrainConfig
+    >>> from damptune.state import TrainData
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(64, 4)).astype("float32"), rng.integers(0, 2, 64)
+    >>> cfg = TrainConfig(module="torch.nn:Linear", module_kwargs={"in_features": 4,
+    ...     "out_features": 2}, max_batch_size=32, max_epochs=1, damper_kwargs={"initial": 16})
+    >>> state = train(cfg, TrainData.from_arrays(X, y, X, y))
+    >>> state.update, state.examples_seen
+    (4, 64)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from damptune.centralized import CentralizedOps
+from damptune.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
+from damptune.cluster import connect, scatter_data, worker_addresses
+from damptune.config import TrainConfig
+from damptune.decentralized import DecentralizedRunner
+from damptune.errors import ConfigError, StopTraining
+from damptune.loop import CHECKPOINT, DONE, MAX_UPDATES, Emit, LocalOps, Ops, advance
+from damptune.state import TrainData, TrainState, resolve_device
+
+__all__ = ["train", "Callback"]
+
+Callback = Callable[[dict[str, Any]], Any]
+
+
+class _OpsRunner:
+    """Runs the loop in this process with the given ops (local and centralized modes)."""
+
+    def __init__(self, ops: Ops) -> None:
+        self.ops = ops
+
+    def advance(self, state: TrainState, emit: Emit) -> str:
+        return advance(state, self.ops, emit=emit)
+
+    def close(self, state: TrainState) -> None:
+        close = getattr(self.ops, "close", None)
+        if close is not None:
+            close()
+
+
+def check_data(config: TrainConfig, data: TrainData) -> None:
+    if len(data.X) != len(data.y):
+        raise ConfigError("y", f"{len(data.y)} labels", f"one label per example ({len(data.X)})")
+    if len(data.y) == 0:
+        raise ConfigError("X", "an empty training set", "at least one example")
+    if config.n_train != len(data.y):
+        raise ConfigError("n_train", config.n_train, f"the number of examples ({len(data.y)})")
+
+
+def train(
+    config: TrainConfig,
+    data: TrainData,
+    *,
+    state: TrainState | None = None,
+    callback: Callback | None = None,
+    checkpoint_path: str | None = None,
+    resume: bool = False,
+    cluster: Any = None,
+    local_directory: str | None = None,
+) -> TrainState:
+    """Train until ``max_epochs`` (or ``max_updates``) and return the final state.
+
+    Args:
+        config: the run's configuration (``n_train`` 0 means: take it from ``data``).
+        data: training and evaluation tensors.
+        state: continue this in-memory state instead of starting fresh.
+        callback: called with every progress record (update and eval); it may raise
+            :class:`StopTraining` to end training early.
+        checkpoint_path: local path or fsspec URL; written every ``checkpoint_every`` updates
+            and at the end.
+        resume: continue from ``checkpoint_path`` when it exists.
+        cluster: None (local Dask cluster of ``max_workers``), an address, a Client or a cluster.
+        local_directory: Dask scratch directory for a cluster started here.
+    """
+    # setup: every check before any work and before touching an existing checkpoint
+    if config.n_train == 0:
+        config.n_train = len(data.y)
+    config.validate()
+    check_data(config, data)
+    ckpt = None
+    if resume and checkpoint_path and checkpoint_exists(checkpoint_path):
+        ckpt = load_checkpoint(checkpoint_path)
+    if state is None:
+        state = TrainState(config, device=resolve_device(config))
+        if ckpt is not None:
+            state.restore(ckpt)  # raises CheckpointError if it belongs to another run
+    state.config = config
+    state.stopped = None
+
+    def emit(record: dict[str, Any]) -> None:
+        if callback is not None:
+            callback(dict(record))
+
+    with contextlib.ExitStack() as stack:
+        if config.mode == "local":
+            runner: Any = _OpsRunner(LocalOps(state.model, data.to(state.device)))
+        else:
+            client = stack.enter_context(
+                connect(cluster, n_workers=config.max_workers, local_directory=local_directory)
+            )
+            workers = worker_addresses(client)
+            data_future = scatter_data(client, data)
+            if config.mode == "centralized":
+                runner = _OpsRunner(CentralizedOps(
+                    client=client, model=state.model, config=config, data=data,
+                    data_future=data_future, workers=workers,
+                ))
+            else:
+                runner = DecentralizedRunner(
+                    client=client, config=config, data_future=data_future, workers=workers
+                )
+        # loop: run to the next boundary; checkpoint there
+        try:
+            while True:
+                reason = runner.advance(state, emit)
+                if reason == CHECKPOINT and checkpoint_path:
+                    save_checkpoint(checkpoint_path, state.checkpoint())
+                if reason in (DONE, MAX_UPDATES):
+                    break
+        except StopTraining as exc:
+            state.stopped = str(exc) or "stopped by the callback"
+        finally:
+            runner.close(state)
+    # teardown
+    if checkpoint_path:
+        save_checkpoint(checkpoint_path, state.checkpoint())
+    return state
