@@ -3,6 +3,7 @@
 from damptune.checkpoint import load_checkpoint, save_checkpoint
 from damptune.config import TrainConfig
 from damptune.dampers import DAMPERS, Damper, Param, Progress, Step, get_damper
+from damptune.estimator import DampedClassifier
 from damptune.errors import CheckpointError, ClusterError, ConfigError, DamptuneError, StopTraining
 from damptune.state import TrainData, TrainState
 from damptune.trainer import train
@@ -12,6 +13,7 @@ __all__ = [
     "CheckpointError",
     "ClusterError",
     "ConfigError",
+    "DampedClassifier",
     "Damper",
     "DamptuneError",
     "Param",

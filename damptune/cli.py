@@ -1,0 +1,148 @@
+"""Command line: ``damptune train ...`` (also ``python -m damptune``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["main", "build_parser"]
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="damptune", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train one model with one damper and print a summary")
+    t.add_argument("--model", default="mlp", help="model name (mlp, cnn, wrn16_4)")
+    t.add_argument("--dataset", default="mnist1d", help="mnist1d, digits, synthetic, cifar10")
+    t.add_argument("--data-root", default=None, help="directory of a local dataset (cifar10)")
+    t.add_argument("--damper", default="geodamp", help="sgd, geodamplr, cntsdamplr, geodamp, "
+                   "padadamp, adadamp, radadamp")
+    t.add_argument("--initial", type=int, default=32, help="initial batch size B0 (examples)")
+    t.add_argument("--param", action="append", type=_key_value, default=[], metavar="NAME=VALUE",
+                   help="a damper hyperparameter, e.g. --param factor=2 --param delay=5")
+    t.add_argument("--lr", type=float, default=0.05, help="initial learning rate lr0")
+    t.add_argument("--momentum", type=float, default=0.9)
+    t.add_argument("--epochs", type=float, default=10.0, help="passes over the training set")
+    t.add_argument("--max-updates", type=int, default=None, help="stop after this many updates")
+    t.add_argument("--max-batch-size", type=int, default=None,
+                   help="cap in examples (default: workers x per-worker-batch)")
+    t.add_argument("--per-worker-batch", type=int, default=128, help="examples per rank")
+    t.add_argument("--workers", type=int, default=4, help="most ranks (Dask workers)")
+    t.add_argument("--min-workers", type=int, default=1)
+    t.add_argument("--mode", default="centralized",
+                   help="local, centralized or decentralized")
+    t.add_argument("--scheduler", default=None,
+                   help="address of a running Dask scheduler (default: start a LocalCluster)")
+    t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    t.add_argument("--eval-every", type=float, default=1.0, help="epochs between evaluations")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--checkpoint", default=None, help="checkpoint path or fsspec URL")
+    t.add_argument("--checkpoint-every", type=int, default=None, help="updates between saves")
+    t.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    import models
+    from damptune.estimator import DampedClassifier
+
+    data = models.load_dataset(args.dataset, seed=args.seed, root=args.data_root)
+    n_train = len(data.y_train)
+    bar = tqdm(total=round(args.epochs * n_train), unit="ex", unit_scale=True,
+               disable=args.no_progress, file=sys.stderr, desc=f"{args.model}/{args.damper}")
+    last: dict[str, Any] = {}
+
+    def progress(record: dict[str, Any]) -> None:
+        if record["kind"] == "eval":
+            last["acc"] = record["test_accuracy"]
+        else:
+            bar.update(record["examples_seen"] - bar.n)
+        bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}",
+                        B=record.get("batch_size"), P=record.get("n_workers"),
+                        acc=f"{last.get('acc', float('nan')):.3f}", refresh=False)
+
+    clf = DampedClassifier(
+        module=models.model_class(args.model),
+        optimizer__momentum=args.momentum,
+        lr=args.lr,
+        batch_size=args.damper,
+        batch_size__initial=args.initial,
+        max_batch_size=args.max_batch_size,
+        per_worker_batch=args.per_worker_batch,
+        min_workers=args.min_workers,
+        max_workers=args.workers,
+        max_epochs=args.epochs,
+        max_updates=args.max_updates,
+        eval_every=args.eval_every,
+        mode=args.mode,
+        cluster=args.scheduler,
+        device=args.device,
+        seed=args.seed,
+        checkpoint_path=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume,
+        callback=progress,
+        **{f"batch_size__{k}": v for k, v in args.param},
+    )
+    t0 = time.perf_counter()
+    clf.fit(data.X_train, data.y_train, eval_set=(data.X_test, data.y_test))
+    wall = time.perf_counter() - t0
+    bar.close()
+    evals = [r for r in clf.history_ if r["kind"] == "eval"]
+    updates = [r for r in clf.history_ if r["kind"] == "update"]
+    summary = {
+        "model": args.model,
+        "dataset": args.dataset,
+        "damper": args.damper,
+        "mode": args.mode,
+        "test_accuracy": evals[-1]["test_accuracy"] if evals else None,
+        "updates": clf.n_updates_,
+        "examples_seen": clf.examples_seen_,
+        "epochs": clf.examples_seen_ / n_train,
+        "final_batch_size": updates[-1]["batch_size"] if updates else None,
+        "max_workers_used": max((r["n_workers"] for r in updates), default=0),
+        "train_seconds": clf.state_.time_elapsed,
+        "wall_seconds": wall,
+        "stopped": clf.stopped_,
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{args.model} on {args.dataset} with {args.damper} ({args.mode}): "
+              f"test accuracy {summary['test_accuracy']:.4f} after {summary['updates']} updates, "
+              f"{summary['examples_seen']} examples ({summary['epochs']:.2f} epochs), "
+              f"final batch {summary['final_batch_size']} on {summary['max_workers_used']} ranks "
+              f"max; training {summary['train_seconds']:.1f} s, wall {wall:.1f} s")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from damptune.errors import DamptuneError
+
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            return _train(args)
+    except (DamptuneError, ValueError) as exc:
+        print(f"damptune {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 1

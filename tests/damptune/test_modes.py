@@ -1,0 +1,81 @@
+"""The three modes compute the same math: a single-process run is the oracle."""
+
+import numpy as np
+import pytest
+import torch
+
+from damptune import TrainConfig, TrainData, train
+
+
+def config(mode, workers, **kw):
+    base = dict(
+        module="models.mlp:MLP",
+        module_kwargs={"input_shape": (12,), "n_classes": 3, "hidden": 32},
+        optimizer_kwargs={"momentum": 0.9},
+        lr=0.05,
+        damper="geodamp",
+        damper_kwargs={"initial": 16, "factor": 2, "delay": 1},
+        max_batch_size=128,
+        per_worker_batch=8,
+        min_workers=workers,
+        max_workers=workers,
+        max_epochs=3,
+        seed=7,
+        mode=mode,
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def losses(state):
+    return np.array([r["loss"] for r in state.history if r["kind"] == "update"])
+
+
+@pytest.fixture(scope="module")
+def reference(blobs):
+    X, y, Xt, yt = blobs
+    return train(config("local", 1), TrainData.from_arrays(X, y, Xt, yt))
+
+
+@pytest.mark.parametrize(("mode", "workers"), [
+    ("centralized", 1), ("centralized", 2), ("centralized", 4),
+    ("decentralized", 2), ("decentralized", 4),
+])
+def test_modes_match_single_process_reference(reference, blobs, scheduler, mode, workers):
+    X, y, Xt, yt = blobs
+    state = train(config(mode, workers), TrainData.from_arrays(X, y, Xt, yt), cluster=scheduler)
+    updates = [r for r in state.history if r["kind"] == "update"]
+    assert {r["n_workers"] for r in updates} == {workers}
+    assert len(updates) == len(losses(reference))
+    np.testing.assert_allclose(losses(state), losses(reference), rtol=1e-5)
+    for a, b in zip(state.model.parameters(), reference.model.parameters(), strict=True):
+        torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-4, atol=1e-6)
+    accs = [r["test_accuracy"] for r in state.history if r["kind"] == "eval"]
+    ref_accs = [r["test_accuracy"] for r in reference.history if r["kind"] == "eval"]
+    assert accs == ref_accs
+
+
+def test_ranks_follow_batch_size(blobs, scheduler):
+    """P = clip(ceil(B / per_worker_batch), min_workers, max_workers), re-formed as B grows."""
+    X, y, Xt, yt = blobs
+    cfg = config("decentralized", 4, min_workers=1, per_worker_batch=16, max_epochs=4)
+    state = train(cfg, TrainData.from_arrays(X, y, Xt, yt), cluster=scheduler)
+    pairs = {(r["batch_size"], r["n_workers"]) for r in state.history if r["kind"] == "update"}
+    assert pairs == {(16, 1), (32, 2), (64, 4), (128, 4)}
+    np.testing.assert_allclose(
+        losses(state),
+        losses(train(config("local", 1, per_worker_batch=16, max_epochs=4),
+                     TrainData.from_arrays(X, y, Xt, yt))),
+        rtol=1e-5,
+    )
+
+
+def test_history_records_carry_documented_fields(reference):
+    update_keys = {"update", "epoch", "examples_seen", "batch_size", "lr", "damping",
+                   "n_workers", "loss", "time_compute", "time_comm", "time_update"}
+    updates = [r for r in reference.history if r["kind"] == "update"]
+    assert all(update_keys <= r.keys() for r in updates)
+    assert [r["update"] for r in updates] == list(range(1, len(updates) + 1))
+    evals = [r for r in reference.history if r["kind"] == "eval"]
+    assert [round(r["epoch"]) for r in evals] == [1, 2, 3]
+    assert evals[-1]["test_accuracy"] > 0.9
