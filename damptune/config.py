@@ -34,12 +34,18 @@ def import_path(obj: Any) -> str:
     return f"{obj.__module__}:{obj.__qualname__}"
 
 
-def resolve(path: str) -> Any:
-    """Inverse of :func:`import_path`."""
-    module, _, name = path.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in name.split("."):
-        obj = getattr(obj, part)
+def resolve(path: str, *, param: str = "module", accepted: str = "") -> Any:
+    """Inverse of :func:`import_path`; a ConfigError naming ``param`` if it does not import."""
+    module, sep, name = path.partition(":")
+    expected = accepted or "an import path 'package.module:Name'"
+    if not sep or not module or not name:
+        raise ConfigError(param, path, expected)
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(param, path, expected, f"({exc})") from exc
     return obj
 
 
@@ -86,7 +92,10 @@ class TrainConfig:
         return {k: getattr(self, k) for k in IDENTITY_FIELDS}
 
     def make_damper(self) -> Damper:
-        cls = DAMPERS.get(self.damper) or resolve(self.damper)
+        cls = DAMPERS.get(self.damper) or resolve(
+            self.damper, param="batch_size",
+            accepted=f"one of {sorted(DAMPERS)} or an import path 'package.module:Damper'",
+        )
         return get_damper(cls, **self.damper_kwargs)
 
     def validate(self) -> None:

@@ -143,7 +143,9 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
                 module_kwargs["n_classes"] = n_classes
         except (TypeError, ValueError):
             pass
-        optimizer = resolve(self.optimizer) if isinstance(self.optimizer, str) else self.optimizer
+        optimizer = self.optimizer
+        if isinstance(optimizer, str):
+            optimizer = resolve(optimizer, param="optimizer")
         damper_kwargs = self._prefixed("batch_size__")
         spec = self.batch_size
         if isinstance(spec, Damper):

@@ -153,11 +153,9 @@ def advance(
         t0 = time.perf_counter()
         indices = state.sampler.take(step.batch_size)
         loss_sum, t_compute, t_comm, flush = ops.gradient(split_shares(indices, n_ranks))
-        grad_sq = 0.0
-        for p in state.model.parameters():
-            assert p.grad is not None
-            p.grad.div_(step.batch_size)
-            grad_sq += float(p.grad.pow(2).sum())
+        grads = [p.grad for p in state.model.parameters() if p.grad is not None]
+        torch._foreach_div_(grads, float(step.batch_size))  # sum -> mean over the batch
+        grad_sq = float(torch.stack(torch._foreach_norm(grads)).square().sum())
         for group in state.optimizer.param_groups:
             group["lr"] = step.lr
         state.optimizer.step()
