@@ -1,4 +1,4 @@
-"""Command line: ``damptune train ...`` (also ``python -m damptune``)."""
+"""Command line: ``damptune train|simulate ...`` (also ``python -m damptune``)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--profile", default="decentralized-moderate",
+                   help="network profile of the simulated time (see `damptune simulate`)")
+
+    from damptune import simulate
+
+    simulate.add_parser(sub)
     return parser
 
 
@@ -100,6 +106,7 @@ def _train(args: argparse.Namespace) -> int:
         checkpoint_path=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
         resume=args.resume,
+        profile=args.profile,
         callback=progress,
         **{f"batch_size__{k}": v for k, v in args.param},
     )
@@ -121,6 +128,8 @@ def _train(args: argparse.Namespace) -> int:
         "final_batch_size": updates[-1]["batch_size"] if updates else None,
         "max_workers_used": max((r["n_workers"] for r in updates), default=0),
         "train_seconds": clf.state_.time_elapsed,
+        "simulated_seconds": clf.state_.time_sim,
+        "profile": args.profile,
         "wall_seconds": wall,
         "stopped": clf.stopped_,
     }
@@ -131,7 +140,8 @@ def _train(args: argparse.Namespace) -> int:
               f"test accuracy {summary['test_accuracy']:.4f} after {summary['updates']} updates, "
               f"{summary['examples_seen']} examples ({summary['epochs']:.2f} epochs), "
               f"final batch {summary['final_batch_size']} on {summary['max_workers_used']} ranks "
-              f"max; training {summary['train_seconds']:.1f} s, wall {wall:.1f} s")
+              f"max; training {summary['train_seconds']:.1f} s, wall {wall:.1f} s; simulated "
+              f"{summary['simulated_seconds']:.1f} s on {args.profile}")
     return 0
 
 
@@ -142,6 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _train(args)
+        if args.command == "simulate":
+            from damptune import simulate
+
+            return simulate.run(args)
     except (DamptuneError, ValueError) as exc:
         print(f"damptune {args.command}: error: {exc}", file=sys.stderr)
         return 2

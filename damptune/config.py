@@ -10,6 +10,7 @@ from typing import Any
 
 from damptune.dampers import DAMPERS, Damper, get_damper
 from damptune.errors import ConfigError
+from damptune.netmodel import CostModel, get_profile
 
 __all__ = ["TrainConfig", "MODES", "import_path", "resolve", "n_workers_for"]
 
@@ -78,6 +79,11 @@ class TrainConfig:
     backend: str = "gloo"
     train_loss_examples: int = 1024  # size of the fixed training subset for AdaDamp's F(w)
     n_train: int = 0  # set from the data
+    # network cost model (damptune.netmodel): the records' simulated time `time_sim`
+    profile: str = "decentralized-moderate"
+    compute_per_example: float | None = None  # seconds per example on one rank (None: measure)
+    compute_fixed: float | None = None  # seconds per update on one rank, besides the examples
+    overhead: float = 0.0  # seconds per update (optimizer step, framework)
     timeout: float = 120.0  # seconds any remote wait may take
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,6 +96,16 @@ class TrainConfig:
 
     def identity(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in IDENTITY_FIELDS}
+
+    def cost_model(self, n_params: int) -> CostModel:
+        """The cost model of this run's profile (compute must be calibrated or given)."""
+        return CostModel(
+            network=get_profile(self.profile),
+            n_params=n_params,
+            compute_per_example=self.compute_per_example or 0.0,
+            compute_fixed=self.compute_fixed or 0.0,
+            overhead=self.overhead,
+        )
 
     def make_damper(self) -> Damper:
         cls = DAMPERS.get(self.damper) or resolve(
@@ -128,6 +144,11 @@ class TrainConfig:
             )
         if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
             raise ConfigError("device", self.device, "'cpu', 'cuda', 'cuda:N' or 'auto'")
+        get_profile(self.profile)
+        for name in ("compute_per_example", "compute_fixed", "overhead"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int | float) or value < 0):
+                raise ConfigError(name, value, "a non-negative number of seconds")
         if self.backend not in ("gloo", "nccl"):
             raise ConfigError("backend", self.backend, "'gloo' (CPU) or 'nccl' (GPU)")
 

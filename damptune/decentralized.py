@@ -55,6 +55,8 @@ class RankOps:
         t1 = time.perf_counter()
         params = list(self.model.parameters())
         flush = self.rank == 0 and t1 - self.segment_start > FLUSH_SECONDS
+        if self.world_size == 1:  # nothing to exchange
+            return loss, t1 - t0, 0.0, flush
         device = params[0].device
         tail = torch.tensor([loss, 1.0 if flush else 0.0], dtype=params[0].dtype, device=device)
         flat = torch.cat([p.grad.reshape(-1) for p in params] + [tail])  # type: ignore[union-attr]

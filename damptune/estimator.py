@@ -61,6 +61,11 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         checkpoint_every: updates between checkpoints (None: only at the end).
         resume: continue from ``checkpoint_path`` when it exists.
         callback: called with every progress record; may raise ``StopTraining``.
+        profile: network profile of the records' simulated time ``time_sim``
+            (:mod:`damptune.netmodel`).
+        compute_per_example: seconds of forward+backward per example on one rank for the
+            simulated time (None: measured on this machine, cached).
+        overhead: seconds per update added to the simulated time.
     """
 
     def __init__(
@@ -86,6 +91,9 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         resume: bool = False,
         callback: Callback | None = None,
         timeout: float = 120.0,
+        profile: str = "decentralized-moderate",
+        compute_per_example: float | None = None,
+        overhead: float = 0.0,
         **kwargs: Any,
     ) -> None:
         self.module = module
@@ -108,6 +116,9 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         self.resume = resume
         self.callback = callback
         self.timeout = timeout
+        self.profile = profile
+        self.compute_per_example = compute_per_example
+        self.overhead = overhead
         _check_prefixed(kwargs)
         vars(self).update(kwargs)
 
@@ -184,6 +195,10 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
             backend="nccl" if self.device != "cpu" and torch.cuda.is_available() else "gloo",
             n_train=len(data.y),
             timeout=self.timeout,
+            profile=self.profile,
+            compute_per_example=self.compute_per_example,
+            compute_fixed=None if self.compute_per_example is None else 0.0,
+            overhead=self.overhead,
         )
 
     # -- fitting ----------------------------------------------------------------------------

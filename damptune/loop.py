@@ -125,6 +125,7 @@ def advance(
     """Run updates until training ends or a boundary the driver must handle; return why."""
     cfg = state.config
     subset = train_loss_subset(state)
+    cost = cfg.cost_model(state.n_params)
     while True:
         if state.finished():
             return DONE
@@ -169,6 +170,7 @@ def advance(
         state.last_grad_sq_norm = grad_sq
         state.damper.observe(loss=state.last_loss, grad_sq_norm=grad_sq)
         state.time_elapsed += t_update
+        state.time_sim += cost.update_seconds(batch_size=step.batch_size, n_ranks=n_ranks)
         record = {
             "kind": "update",
             "update": state.update,
@@ -184,6 +186,7 @@ def advance(
             "time_comm": t_comm,
             "time_update": t_update,
             "time_elapsed": state.time_elapsed,
+            "time_sim": state.time_sim,
         }
         state.history.append(record)
         emit(record)
@@ -214,6 +217,7 @@ def evaluate(state: TrainState, ops: Ops, *, emit: Emit, n_ranks: int) -> dict[s
         "test_loss": loss_sum / count if count else float("nan"),
         "test_accuracy": correct / count if count else float("nan"),
         "time_elapsed": state.time_elapsed,
+        "time_sim": state.time_sim,
     }
     state.history.append(record)
     emit(record)

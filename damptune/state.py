@@ -89,12 +89,17 @@ class TrainState:
         self.last_grad_sq_norm: float | None = None
         self.pending_step: Step | None = None  # planned but not yet applied (resize boundary)
         self.time_elapsed = 0.0  # measured seconds of training so far, across resumes
+        self.time_sim = 0.0  # simulated seconds on the configured network profile
         self.history: list[dict[str, Any]] = []
         self.stopped: str | None = None
 
     @property
     def epoch(self) -> float:
         return self.examples_seen / self.config.n_train
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
 
     def finished(self) -> bool:
         return self.examples_seen >= self.config.max_epochs * self.config.n_train
@@ -117,6 +122,7 @@ class TrainState:
                 "last_loss": self.last_loss,
                 "last_grad_sq_norm": self.last_grad_sq_norm,
                 "time_elapsed": self.time_elapsed,
+                "time_sim": self.time_sim,
                 "pending_step": None
                 if step is None
                 else {"damping": step.damping, "batch_size": step.batch_size, "lr": step.lr},
@@ -140,6 +146,7 @@ class TrainState:
         self.next_eval = int(c["next_eval"])
         self.last_loss, self.last_grad_sq_norm = c["last_loss"], c["last_grad_sq_norm"]
         self.time_elapsed = float(c["time_elapsed"])
+        self.time_sim = float(c["time_sim"])
         ps = c["pending_step"]
         self.pending_step = None if ps is None else Step(**ps)
         torch.set_rng_state(ckpt["rng"]["torch"])

@@ -16,8 +16,12 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
+import torch
 
 from damptune.centralized import CentralizedOps
 from damptune.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
@@ -25,10 +29,13 @@ from damptune.cluster import connect, scatter_data, worker_addresses
 from damptune.config import TrainConfig
 from damptune.decentralized import DecentralizedRunner
 from damptune.errors import ConfigError, StopTraining
-from damptune.loop import CHECKPOINT, DONE, MAX_UPDATES, Emit, LocalOps, Ops, advance
+from damptune.loop import (
+    CHECKPOINT, DONE, MAX_UPDATES, Emit, LocalOps, Ops, advance, shard_forward,
+)
+from damptune.netmodel import calibrate_compute
 from damptune.state import TrainData, TrainState, resolve_device
 
-__all__ = ["train", "Callback"]
+__all__ = ["train", "calibrate", "Callback"]
 
 Callback = Callable[[dict[str, Any]], Any]
 
@@ -55,6 +62,31 @@ def check_data(config: TrainConfig, data: TrainData) -> None:
         raise ConfigError("X", "an empty training set", "at least one example")
     if config.n_train != len(data.y):
         raise ConfigError("n_train", config.n_train, f"the number of examples ({len(data.y)})")
+
+
+def calibrate(config: TrainConfig, data: TrainData, state: TrainState) -> None:
+    """Measure one rank's forward+backward time (single-threaded, as ranks run) on a copy of
+    the model; store it in ``config`` (cached per model, device and batch sizes)."""
+    model = copy.deepcopy(state.model)
+    X, y = data.X.to(state.device), data.y.to(state.device)
+    n = len(y)
+
+    def step(size: int) -> None:
+        shard_forward(model, X, y, np.arange(min(size, n)), grad=True)
+        if state.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    torch.set_num_threads(1)
+    try:
+        key = "|".join([config.module, repr(sorted(config.module_kwargs.items())),
+                        str(state.device), f"x{tuple(data.X.shape[1:])}"])
+        sizes = (max(1, min(n, config.per_worker_batch) // 4), min(n, config.per_worker_batch))
+        config.compute_fixed, config.compute_per_example = calibrate_compute(
+            key, step, batch_sizes=sizes)
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rng)
 
 
 def train(
@@ -90,10 +122,19 @@ def train(
     ckpt = None
     if resume and checkpoint_path and checkpoint_exists(checkpoint_path):
         ckpt = load_checkpoint(checkpoint_path)
+    if ckpt is not None and config.compute_per_example is None:
+        # keep the calibration the run started with, so its simulated time stays continuous
+        config.compute_per_example = ckpt["config"].get("compute_per_example")
+        config.compute_fixed = ckpt["config"].get("compute_fixed")
     if state is None:
         state = TrainState(config, device=resolve_device(config))
         if ckpt is not None:
             state.restore(ckpt)  # raises CheckpointError if it belongs to another run
+    elif config.compute_per_example is None:
+        config.compute_per_example = state.config.compute_per_example
+        config.compute_fixed = state.config.compute_fixed
+    if config.compute_per_example is None:
+        calibrate(config, data, state)
     state.config = config
     state.stopped = None
 

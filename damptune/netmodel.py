@@ -1,0 +1,316 @@
+"""Network cost model: simulated wall-clock of data-parallel training on any cluster.
+
+Time of one model update with global batch ``B`` on ``P`` ranks::
+
+    t(B, P) = compute(⌈B/P⌉) + comm(P) + overhead
+    compute(n) = compute_fixed + n · compute_per_example      (calibrated, or given)
+
+with ``M = n_params × bytes_per_param`` bytes of gradients (or weights), link bandwidth ``β``
+(bytes/s) and per-message latency ``α`` (s):
+
+* **decentralized, ring all-reduce** (reduce-scatter, then all-gather; each of the
+  ``2(P−1)`` steps moves ``M/P`` bytes on every link at once)::
+
+      comm_ring(P) = 2 (P − 1) · (α + M / (P β))
+
+* **decentralized, tree all-reduce** (binary-tree reduce, then broadcast)::
+
+      comm_tree(P) = 2 ⌈log2 P⌉ · (α + M / β)
+
+* **centralized, parameter server**: the master sends the weights to each of the P ranks and
+  receives P gradients, all through its one link (fan-out, fan-in)::
+
+      comm_ps(P) = 2 P · (α + M / β)
+
+``comm(1) = 0`` for all-reduce (nothing to exchange); the parameter server still ships
+weights and gradients to its one rank. Assumptions: full-duplex links of equal bandwidth, no
+overlap of communication with computation, no contention besides what the formulas state,
+``bytes_per_param`` = 4 (float32). Named profiles are those of the AdaDamp paper.
+
+Example:
+    >>> cost = CostModel(network=get_profile("decentralized-moderate"), n_params=2_750_000,
+    ...                  compute_per_example=0.612e-3, overhead=11e-3)
+    >>> round(cost.update_seconds(batch_size=128, n_ranks=1) * 1e3, 1)
+    89.3
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from damptune.errors import ConfigError
+
+__all__ = [
+    "Network",
+    "PROFILES",
+    "get_profile",
+    "CostModel",
+    "parse_schedule",
+    "simulate_schedule",
+    "simulated_times",
+    "time_to_target",
+    "TimeToTarget",
+    "calibrate_compute",
+    "NOT_REACHED",
+]
+
+NOT_REACHED = math.inf  # the simulated time-to-target of a run that never reaches the target
+
+
+@dataclass(frozen=True)
+class Network:
+    """A cluster network: bandwidth in Gb/s, latency in µs, and how gradients travel.
+
+    ``mode`` is ``"decentralized"`` (all-reduce with ``algorithm`` ``"ring"`` or ``"tree"``) or
+    ``"centralized"`` (parameter server through one master link).
+    """
+
+    name: str
+    bandwidth_gbps: float
+    latency_us: float
+    mode: str = "decentralized"
+    algorithm: str = "ring"
+
+    def __post_init__(self) -> None:
+        for field_name in ("bandwidth_gbps", "latency_us"):
+            value = getattr(self, field_name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0 or (
+                field_name == "bandwidth_gbps" and value == 0
+            ):
+                raise ConfigError(field_name, value, "a positive finite number")
+        if self.mode not in ("decentralized", "centralized"):
+            raise ConfigError("mode", self.mode, "'decentralized' or 'centralized'")
+        if self.algorithm not in ("ring", "tree"):
+            raise ConfigError("algorithm", self.algorithm, "'ring' or 'tree'")
+
+    @property
+    def bytes_per_second(self) -> float:
+        return self.bandwidth_gbps * 1e9 / 8
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+    def comm_seconds(self, n_ranks: int, n_bytes: float) -> float:
+        """Seconds to exchange ``n_bytes`` of gradients (and weights) among ``n_ranks``."""
+        a, b, p = self.latency_s, self.bytes_per_second, n_ranks
+        if self.mode == "centralized":
+            return 2 * p * (a + n_bytes / b)
+        if p <= 1:
+            return 0.0
+        if self.algorithm == "tree":
+            return 2 * math.ceil(math.log2(p)) * (a + n_bytes / b)
+        return 2 * (p - 1) * (a + n_bytes / (p * b))
+
+
+PROFILES: dict[str, Network] = {
+    "decentralized-moderate": Network("decentralized-moderate", 54.0, 0.05),
+    "decentralized-high": Network("decentralized-high", 800.0, 0.025),
+    "centralized": Network("centralized", 54.0, 0.05, mode="centralized"),
+}
+
+
+def get_profile(profile: str | Network) -> Network:
+    """A named profile, a ``Network``, or ``"custom:GBPS:US[:centralized|ring|tree]"``."""
+    if isinstance(profile, Network):
+        return profile
+    if isinstance(profile, str) and profile in PROFILES:
+        return PROFILES[profile]
+    if isinstance(profile, str) and profile.startswith("custom:"):
+        parts = profile.split(":")
+        try:
+            gbps, us = float(parts[1]), float(parts[2])
+        except (IndexError, ValueError):
+            parts = []
+        if len(parts) in (3, 4):
+            extra = parts[3] if len(parts) == 4 else "ring"
+            if extra == "centralized":
+                return Network(profile, gbps, us, mode="centralized")
+            return Network(profile, gbps, us, algorithm=extra)
+    raise ConfigError(
+        "profile", profile,
+        f"one of {sorted(PROFILES)} or 'custom:GBPS:LATENCY_US[:ring|tree|centralized]'",
+    )
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds per update for a model of ``n_params`` on ``network`` (see module docstring)."""
+
+    network: Network
+    n_params: int
+    compute_per_example: float  # seconds of forward+backward per example on one rank
+    compute_fixed: float = 0.0  # seconds per update on a rank regardless of its share
+    overhead: float = 0.0  # seconds per update (optimizer step, framework)
+    bytes_per_param: int = 4
+
+    @property
+    def model_bytes(self) -> float:
+        return float(self.n_params * self.bytes_per_param)
+
+    def compute_seconds(self, batch_size: int, n_ranks: int) -> float:
+        return self.compute_fixed + math.ceil(batch_size / n_ranks) * self.compute_per_example
+
+    def comm_seconds(self, n_ranks: int) -> float:
+        return self.network.comm_seconds(n_ranks, self.model_bytes)
+
+    def update_seconds(self, *, batch_size: int, n_ranks: int) -> float:
+        return (self.compute_seconds(batch_size, n_ranks) + self.comm_seconds(n_ranks)
+                + self.overhead)
+
+    def with_network(self, network: Network) -> CostModel:
+        return CostModel(network, self.n_params, self.compute_per_example, self.compute_fixed,
+                         self.overhead, self.bytes_per_param)
+
+
+# -- schedules (the paper's tables) -------------------------------------------------------------
+_SEGMENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*x\s*(\d+)\s*$")
+
+
+def parse_schedule(text: str) -> list[tuple[float, int]]:
+    """``"60x128,60x640"`` → ``[(60.0, 128), (60.0, 640)]`` (epochs × batch size)."""
+    segments = []
+    for part in str(text).split(","):
+        match = _SEGMENT.match(part)
+        if not match:
+            raise ConfigError("schedule", part.strip() or text,
+                              "comma-separated EPOCHSxBATCH segments such as '60x128,80x3200'")
+        epochs, batch = float(match.group(1)), int(match.group(2))
+        if epochs <= 0 or batch <= 0:
+            raise ConfigError("schedule", part.strip(), "positive epochs and batch size")
+        segments.append((epochs, batch))
+    return segments
+
+
+def simulate_schedule(
+    segments: Iterable[tuple[float, int]], *, examples: int, cost: CostModel, per_worker_batch: int
+) -> list[dict[str, Any]]:
+    """Per segment: updates (``epochs × ⌈examples / batch⌉``), ranks, seconds (cumulative)."""
+    if examples <= 0:
+        raise ConfigError("examples", examples, "a positive number of training examples")
+    if per_worker_batch <= 0:
+        raise ConfigError("per_worker_batch", per_worker_batch, "a positive integer")
+    rows, total_updates, total_seconds, total_epochs = [], 0, 0.0, 0.0
+    for epochs, batch in segments:
+        updates = math.ceil(epochs * math.ceil(examples / batch))
+        ranks = max(1, batch // per_worker_batch)
+        seconds = updates * cost.update_seconds(batch_size=batch, n_ranks=ranks)
+        total_updates += updates
+        total_seconds += seconds
+        total_epochs += epochs
+        rows.append({"epochs": total_epochs, "batch_size": batch, "n_workers": ranks,
+                     "updates": total_updates, "seconds": total_seconds})
+    return rows
+
+
+# -- histories -----------------------------------------------------------------------------------
+def simulated_times(history: Iterable[dict[str, Any]], cost: CostModel) -> list[float]:
+    """Cumulative simulated seconds after each record of an engine history."""
+    out, total = [], 0.0
+    for record in history:
+        if record.get("kind", "update") == "update":
+            total += cost.update_seconds(batch_size=int(record["batch_size"]),
+                                         n_ranks=int(record["n_workers"]))
+        out.append(total)
+    return out
+
+
+@dataclass(frozen=True)
+class TimeToTarget:
+    """When a run first reached ``target``: simulated and measured seconds, or NOT_REACHED."""
+
+    profile: str
+    reached: bool
+    simulated_seconds: float
+    measured_seconds: float
+    update: int | None
+    examples_seen: int | None
+
+
+def time_to_target(
+    history: list[dict[str, Any]],
+    cost: CostModel,
+    *,
+    target: float,
+    metric: str = "test_accuracy",
+) -> TimeToTarget:
+    """Simulated and measured wall-clock until the first evaluation with ``metric >= target``.
+
+    A run that never reaches the target gets ``reached=False`` and ``NOT_REACHED`` (``inf``)
+    seconds — never zero.
+    """
+    if not 0 < target <= 1 and metric.endswith("accuracy"):
+        raise ConfigError("target", target, "an accuracy in (0, 1]")
+    evals = [r for r in history if r.get("kind") == "eval"]
+    if not evals:
+        raise ConfigError("history", f"{len(history)} records without evaluations",
+                          "a history with evaluation records (eval_every)")
+    times = simulated_times(history, cost)
+    for record, t in zip(history, times, strict=True):
+        if record.get("kind") == "eval" and record.get(metric, -math.inf) >= target:
+            return TimeToTarget(cost.network.name, True, t, float(record["time_elapsed"]),
+                                int(record["update"]), int(record["examples_seen"]))
+    return TimeToTarget(cost.network.name, False, NOT_REACHED, NOT_REACHED, None, None)
+
+
+# -- compute calibration -------------------------------------------------------------------------
+def _cache_file() -> Path:
+    root = os.environ.get("DAMPTUNE_CACHE") or os.path.join(Path.home(), ".cache", "damptune")
+    return Path(root) / "compute.json"
+
+
+def calibrate_compute(
+    key: str,
+    step: Callable[[int], None],
+    *,
+    batch_sizes: tuple[int, ...] = (16, 64),
+    repeats: int = 5,
+    cache: bool = True,
+) -> tuple[float, float]:
+    """Measure forward+backward time: returns (fixed seconds, seconds per example).
+
+    ``step(n)`` runs one forward+backward on ``n`` examples. The median over ``repeats`` at
+    each batch size gives a line ``fixed + n · per_example``; the result is cached under
+    ``key`` (model, device, batch sizes) in ``$DAMPTUNE_CACHE/compute.json``.
+    """
+    path = _cache_file()
+    full_key = f"{key}|{','.join(map(str, batch_sizes))}"
+    if cache and path.exists():
+        try:
+            known = json.loads(path.read_text())
+            if full_key in known:
+                fixed, per_example = known[full_key]
+                return float(fixed), float(per_example)
+        except (OSError, ValueError):
+            pass
+    medians = []
+    for n in batch_sizes:
+        step(n)  # warm-up
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            step(n)
+            times.append(time.perf_counter() - t0)
+        medians.append(sorted(times)[len(times) // 2])
+    (n0, t0_), (n1, t1_) = (batch_sizes[0], medians[0]), (batch_sizes[-1], medians[-1])
+    per_example = max((t1_ - t0_) / (n1 - n0), 1e-9) if n1 != n0 else t1_ / n1
+    fixed = max(t0_ - per_example * n0, 0.0)
+    if cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            known = json.loads(path.read_text()) if path.exists() else {}
+            known[full_key] = [fixed, per_example]
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+            os.replace(tmp, path)
+        except (OSError, ValueError):
+            pass
+    return fixed, per_example
