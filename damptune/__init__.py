@@ -3,8 +3,8 @@
 from damptune.checkpoint import load_checkpoint, save_checkpoint
 from damptune.config import TrainConfig
 from damptune.dampers import DAMPERS, Damper, Param, Progress, Step, get_damper
-from damptune.estimator import DampedClassifier
 from damptune.errors import CheckpointError, ClusterError, ConfigError, DamptuneError, StopTraining
+from damptune.estimator import DampedClassifier
 from damptune.state import TrainData, TrainState
 from damptune.trainer import train
 

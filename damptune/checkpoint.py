@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import uuid
@@ -9,6 +10,7 @@ from typing import Any
 
 import fsspec
 import torch
+from fsspec.implementations.local import LocalFileSystem
 
 from damptune.errors import CheckpointError
 
@@ -32,11 +34,9 @@ def save_checkpoint(path: str, ckpt: dict[str, Any]) -> None:
         if hasattr(f, "flush"):
             f.flush()
         if hasattr(f, "fileno"):
-            try:
+            with contextlib.suppress(OSError, io.UnsupportedOperation):
                 os.fsync(f.fileno())
-            except (OSError, io.UnsupportedOperation):
-                pass
-    if fs.protocol in ("file", ("file", "local")) or "file" in fs.protocol:
+    if isinstance(fs, LocalFileSystem):
         os.replace(tmp, fpath)
     else:  # object stores: a single PUT is atomic; mv = copy + delete of the temp object
         fs.mv(tmp, fpath)
@@ -59,5 +59,6 @@ def load_checkpoint(path: str) -> dict[str, Any]:
     except Exception as exc:  # torch raises several types for a corrupt file
         raise CheckpointError(f"checkpoint_path={path!r} could not be read: {exc}") from exc
     if not isinstance(ckpt, dict):
-        raise CheckpointError(f"checkpoint_path={path!r} holds a {type(ckpt).__name__}, not a dict")
+        kind = type(ckpt).__name__
+        raise CheckpointError(f"checkpoint_path={path!r} holds a {kind}, not a dict")
     return ckpt

@@ -361,13 +361,15 @@ def get_damper(spec: str | type[Damper] | Damper | int, **params: Any) -> Damper
             raise ConfigError("batch_size", spec, f"one of {sorted(DAMPERS)}")
         spec = DAMPERS[spec]
     if isinstance(spec, type) and issubclass(spec, Damper):
+        cls: type[Damper] = spec
         try:
-            return spec(**params)
+            return cls(**params)
         except TypeError as exc:
-            accepted = sorted(spec().get_params())
+            accepted = sorted(cls().get_params())
             raise ConfigError(
-                "batch_size__*", sorted(params), f"parameters of {spec.__name__}: {accepted}"
+                "batch_size__*", sorted(params), f"parameters of {cls.__name__}: {accepted}"
             ) from exc
     if isinstance(spec, Damper):
-        return type(spec)(**{**spec.get_params(), **params})
+        template: Damper = spec
+        return template.__class__(**{**template.get_params(), **params})
     raise ConfigError("batch_size", spec, f"one of {sorted(DAMPERS)}, a Damper or an int")

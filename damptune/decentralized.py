@@ -218,7 +218,8 @@ class DecentralizedRunner:
         while True:
             if self.group_key is None:
                 self.form(state, self.world_for(state))
-            futures = [self._submit(r, rank_advance, self.group_key) for r in range(len(self.ranks))]
+            futures = [self._submit(r, rank_advance, self.group_key)
+                       for r in range(len(self.ranks))]
             self.synced = False
             results = self._wait(futures, "training segment")
             reasons = {r[0] for r in results}

@@ -120,7 +120,7 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         self.compute_per_example = compute_per_example
         self.overhead = overhead
         _check_prefixed(kwargs)
-        vars(self).update(kwargs)
+        self.__dict__.update(kwargs)
 
     # -- scikit-learn parameter protocol with prefixed (nested) parameters ------------------
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -131,7 +131,7 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
     def set_params(self, **params: Any) -> DampedClassifier:
         nested = {k: v for k, v in params.items() if k.startswith(_PREFIXES)}
         _check_prefixed(nested)
-        vars(self).update(nested)
+        self.__dict__.update(nested)
         plain = {k: v for k, v in params.items() if k not in nested}
         if plain:
             super().set_params(**plain)
@@ -226,7 +226,8 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
     def _data(self, X: Any, y: Any, eval_set: tuple[Any, Any] | None) -> TrainData:
         y_arr = np.asarray(y)
         if hasattr(self, "classes_") and not np.isin(y_arr, self.classes_).all():
-            raise ConfigError("y", "labels outside classes_", f"labels in {self.classes_.tolist()}")
+            raise ConfigError("y", "labels outside classes_",
+                              f"labels in {self.classes_.tolist()}")
         encode = {c: i for i, c in enumerate(self.classes_.tolist())}
         y_enc = np.vectorize(encode.__getitem__, otypes=[np.int64])(y_arr)
         if eval_set is None:

@@ -26,13 +26,17 @@ __all__ = ["Ops", "LocalOps", "advance", "shard_forward", "shard_evaluate", "Emi
 
 Emit = Callable[[dict[str, Any]], None]
 # Why `advance` returned: training is over, or a boundary where the driver must act.
-DONE, MAX_UPDATES, CHECKPOINT, RESIZE, FLUSH = "done", "max_updates", "checkpoint", "resize", "flush"
+DONE, MAX_UPDATES, CHECKPOINT = "done", "max_updates", "checkpoint"
+RESIZE, FLUSH = "resize", "flush"
 
 
 class Ops(Protocol):
     """Where gradients and losses are computed (one implementation per mode)."""
 
-    world_size: int | None  # fixed number of ranks (decentralized), None if any P works
+    @property
+    def world_size(self) -> int | None:
+        """Fixed number of ranks (decentralized), None if any P works."""
+        ...
 
     def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, bool]:
         """Sum-of-gradients into ``.grad``; returns (loss sum, compute s, comm s, flush?)."""

@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
                   f"({res['seconds'] / 60:.1f} min)")
         elif res["reached"]:
             print(f"{res['profile']}: reached {args.target} after {res['updates']} updates, "
-                  f"simulated {res['seconds']:.2f} s (measured here {res['measured_seconds']:.2f} s)")
+                  f"simulated {res['seconds']:.2f} s "
+                  f"(measured here {res['measured_seconds']:.2f} s)")
         else:
             print(f"{res['profile']}: did not reach {args.target} (time-to-target = not reached)")
     if args.plot:

@@ -30,7 +30,14 @@ from damptune.config import TrainConfig
 from damptune.decentralized import DecentralizedRunner
 from damptune.errors import ConfigError, StopTraining
 from damptune.loop import (
-    CHECKPOINT, DONE, MAX_UPDATES, Emit, LocalOps, Ops, advance, shard_forward,
+    CHECKPOINT,
+    DONE,
+    MAX_UPDATES,
+    Emit,
+    LocalOps,
+    Ops,
+    advance,
+    shard_forward,
 )
 from damptune.netmodel import calibrate_compute
 from damptune.state import TrainData, TrainState, resolve_device

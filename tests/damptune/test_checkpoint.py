@@ -5,7 +5,14 @@ import os
 import pytest
 import torch
 
-from damptune import CheckpointError, ConfigError, TrainData, load_checkpoint, save_checkpoint, train
+from damptune import (
+    CheckpointError,
+    ConfigError,
+    TrainData,
+    load_checkpoint,
+    save_checkpoint,
+    train,
+)
 from damptune.checkpoint import checkpoint_exists
 
 from .test_modes import config
