@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sklearn.base import BaseEstimator
 
@@ -352,8 +352,29 @@ def get_damper(spec: str | type[Damper] | Damper | int, **params: Any) -> Damper
         >>> get_damper("geodamp", initial=128, factor=5, delay=60).factor
         5
     """
+    accepted = f"one of {sorted(DAMPERS)}, a Damper class or instance, or an int"
+    if isinstance(spec, Damper):
+        return cast(Damper, type(spec)(**{**spec.get_params(), **params}))
     if isinstance(spec, bool):
-        raise ConfigError("batch_size", spec, f"one of {sorted(DAMPERS)}, a Damper or an int")
+        raise ConfigError("batch_size", spec, accepted)
+    if isinstance(spec, int):
+        return SGD(initial=spec, **params)
+    damper_cls: type[Damper]
+    if isinstance(spec, str):
+        if spec not in DAMPERS:
+            raise ConfigError("batch_size", spec, f"one of {sorted(DAMPERS)}")
+        damper_cls = DAMPERS[spec]
+    elif isinstance(spec, type) and issubclass(spec, Damper):
+        damper_cls = spec
+    else:
+        raise ConfigError("batch_size", spec, accepted)
+    try:
+        return damper_cls(**params)
+    except TypeError as exc:
+        names = sorted(damper_cls().get_params())
+        raise ConfigError(
+            "batch_size__*", sorted(params), f"parameters of {damper_cls.__name__}: {names}"
+        ) from exc
     if isinstance(spec, int):
         return SGD(initial=spec, **params)
     if isinstance(spec, str):

@@ -1,0 +1,480 @@
+"""Emulated cluster links for real processes: network namespaces on a bridge, shaped with tc.
+
+``shaped_network(n, rate_mbit=R, delay_ms=D)`` builds, as root, this topology and removes it
+on exit (also on error)::
+
+    root namespace: bridge {prefix}-br, 10.77.0.1/24
+        ├─ {prefix}-p0 ══ veth ══ {prefix}-h0  (in namespace {prefix}-h0)  10.77.0.2
+        ├─ {prefix}-p1 ══ veth ══ {prefix}-h1  (in namespace {prefix}-h1)  10.77.0.3
+        └─ ...                                                           10.77.0.(i+2)
+
+**What is shaped.** Linux shapes what a device *sends* (egress qdisc), so each host's link is
+shaped at both of its ends, with ``tc qdisc ... netem``:
+
+* host i's *uplink* (what host i sends): egress of ``{prefix}-h{i}`` inside the namespace,
+  ``netem rate R limit L`` — rate only, no delay;
+* host i's *downlink* (what host i receives): egress of the bridge port ``{prefix}-p{i}`` in
+  the root namespace, ``netem rate R delay D limit L``.
+
+Every host therefore has a full-duplex link of ``R`` Mbit/s **in each direction**, and a packet
+from host a to host b crosses a's uplink and b's downlink: its path is limited to ``R`` (the
+second limiter of equal rate only adds one packet's serialization time) and it is delayed by
+``D`` **once**. The parameters of :class:`damptune.netmodel.Network` are therefore
+
+* bandwidth ``β = R`` per direction (``bandwidth_gbps = R / 1000``), and
+* one-way host-to-host latency ``α = D`` (``latency_us = 1000 D``); ``ping`` between two hosts
+  shows a round trip of ``2 D``.
+
+Traffic between the root namespace (bridge address, e.g. a Dask scheduler) and host i gets
+``R`` both ways, ``D`` towards the host and no delay from it.
+
+Notes on the choice:
+
+* The delay sits on the *receiver's* side (the bridge port), not on the sender's own egress:
+  packets held by a qdisc of the sending namespace still count against TCP Small Queues (the
+  socket's bytes not yet handed to the device, ``tcp_limit_output_bytes`` and ~1 ms of pacing
+  rate), so a delay there throttles a TCP sender below ``R``. On the bridge port the veth has
+  already orphaned the packet.
+* ``netem rate`` charges each packet its length at the qdisc: the Ethernet frame without
+  preamble and FCS (14 + 20 + 20 + 12 bytes of Ethernet, IPv4, TCP and TCP-timestamp headers per
+  1448-byte segment at MTU 1500; a GSO packet is charged the headers of all its segments). The
+  payload rate is therefore ``R · 1448 / 1514 ≈ 0.956 R``.
+* ``limit`` (packets queued per qdisc) is large, so that queues never drop: a drop costs a TCP
+  retransmission timeout and would dominate a measurement.
+
+Names are derived from ``prefix`` (at most 8 characters), and everything this module would
+create under that prefix is removed first, so a leftover from a crashed run does not get in
+the way. One process at a time may hold the 10.77.0.0/24 network (a lock file serializes
+callers). Only addresses in 10.77.0.0/24, on devices created here, are used.
+
+:func:`dask_on_network` starts a Dask scheduler on the bridge address (root namespace) and one
+single-threaded Dask worker per namespace, with ``GLOO_SOCKET_IFNAME`` set to the namespace's
+veth so that torch.distributed's gloo traffic goes over the shaped link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "BRIDGE_ADDRESS",
+    "Host",
+    "ShapedNetwork",
+    "can_make_namespaces",
+    "netem_available",
+    "shaped_network",
+    "dask_on_network",
+]
+
+SUBNET = "10.77.0"
+BRIDGE_ADDRESS = f"{SUBNET}.1"
+MAX_HOSTS = 200
+QUEUE_BYTES = 64 << 20  # tbf queue: never drop
+QUEUE_PACKETS = 100_000  # netem queue: never drop
+BURST_SECONDS = 100e-6  # tbf bucket: 0.1 ms at the rate ...
+BURST_MIN_BYTES = 2 * 1514  # ... and at least two full frames
+LOCK_FILE = Path(tempfile.gettempdir()) / "damptune-netns-10.77.0.lock"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_PREFIX = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+
+
+@dataclass(frozen=True)
+class Host:
+    """One emulated host: a network namespace joined to the bridge by a veth pair."""
+
+    index: int
+    namespace: str
+    address: str  # 10.77.0.(index + 2)
+    ifname: str  # the veth end inside the namespace (its uplink qdisc; GLOO_SOCKET_IFNAME)
+    port: str  # the veth end on the bridge, in the root namespace (its downlink qdisc)
+
+    def exec_argv(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside this host's namespace (``ip netns exec``; same PID once exec'd)."""
+        return ["ip", "netns", "exec", self.namespace, *argv]
+
+
+@dataclass(frozen=True)
+class ShapedNetwork:
+    """What :func:`shaped_network` built; ``bandwidth_gbps``/``latency_us`` are for the model."""
+
+    prefix: str
+    bridge: str
+    address: str
+    hosts: tuple[Host, ...]
+    rate_mbit: float
+    delay_ms: float
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        """Per-direction bandwidth β of every host's link (``Network.bandwidth_gbps``)."""
+        return self.rate_mbit / 1000.0
+
+    @property
+    def latency_us(self) -> float:
+        """One-way host-to-host latency α (``Network.latency_us``)."""
+        return self.delay_ms * 1000.0
+
+    def describe(self) -> str:
+        return (f"{len(self.hosts)} namespaces on bridge {self.bridge} ({self.address}); every "
+                f"host link {self.rate_mbit:g} Mbit/s per direction, one-way delay "
+                f"{self.delay_ms:g} ms host to host")
+
+
+# -- commands ----------------------------------------------------------------------------------
+def _run(argv: list[str], *, check: bool = True, timeout: float = 30.0) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"`{' '.join(argv)}` failed ({proc.returncode}): "
+                           f"{(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout
+
+
+def _names(prefix: str, n_hosts: int) -> tuple[str, list[tuple[str, str, str]]]:
+    bridge = f"{prefix}-br"
+    return bridge, [(f"{prefix}-h{i}", f"{prefix}-h{i}", f"{prefix}-p{i}") for i in range(n_hosts)]
+
+
+def _namespaces() -> list[str]:
+    out = _run(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _links() -> list[str]:
+    out = _run(["ip", "-o", "link", "show"], check=False)
+    names = []
+    for line in out.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2:
+            names.append(parts[1].strip().split("@")[0])
+    return names
+
+
+def _ours(name: str, prefix: str) -> bool:
+    return re.fullmatch(rf"{re.escape(prefix)}-(br|h\d+|p\d+)", name) is not None
+
+
+def _remove_all(prefix: str) -> list[str]:
+    """Delete every link and namespace named after ``prefix``; return what could not be."""
+    errors = []
+    for link in _links():  # the bridge ports first: deleting one end deletes its pair
+        if _ours(link, prefix) and not link.endswith("-br"):
+            with contextlib.suppress(RuntimeError):
+                _run(["ip", "link", "del", link])
+    for link in _links():
+        if _ours(link, prefix):
+            try:
+                _run(["ip", "link", "del", link])
+            except RuntimeError as exc:
+                errors.append(str(exc))
+    for ns in _namespaces():
+        if _ours(ns, prefix):
+            try:
+                _run(["ip", "netns", "del", ns])
+            except RuntimeError as exc:
+                errors.append(str(exc))
+    return errors
+
+
+def _check_subnet_free(prefix: str) -> None:
+    out = _run(["ip", "-o", "-4", "addr", "show"], check=False)
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[3].startswith(f"{SUBNET}.") and not _ours(parts[1], prefix):
+            raise RuntimeError(f"{SUBNET}.0/24 is already in use on device {parts[1]} "
+                               f"({parts[3]}); not touching it")
+
+
+@contextlib.contextmanager
+def _subnet_lock(timeout: float) -> Iterator[None]:
+    with open(LOCK_FILE, "a+") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{SUBNET}.0/24 is held by another process "
+                                       f"(lock {LOCK_FILE}) for more than {timeout:g} s") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _shape(in_ns: list[str], dev: str, rate_mbit: float, delay_ms: float) -> None:
+    """Egress of ``dev``: tbf at ``rate_mbit``, and a netem ``delay_ms`` inside it if > 0."""
+    burst = max(BURST_MIN_BYTES, int(rate_mbit * 1e6 / 8 * BURST_SECONDS))
+    _run([*in_ns, "tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "tbf", "rate",
+          f"{rate_mbit:g}mbit", "burst", str(burst), "limit", str(QUEUE_BYTES)])
+    if delay_ms > 0:
+        _run([*in_ns, "tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:",
+              "netem", "delay", f"{delay_ms:g}ms", "limit", str(QUEUE_PACKETS)])
+
+
+def _probe(shape: Callable[[str], None]) -> tuple[bool, str]:
+    """Make a throwaway namespace with a veth pair into it, call ``shape(port)``, clean up."""
+    tag = f"{os.getpid() % 100000}"
+    ns, port, inner = f"dtprobe{tag}", f"dtq{tag}", f"dtr{tag}"
+    try:
+        _run(["ip", "netns", "add", ns])
+        _run(["ip", "link", "add", port, "type", "veth", "peer", "name", inner, "netns", ns])
+        shape(port)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        return False, str(exc)
+    finally:
+        _run(["ip", "link", "del", port], check=False)
+        _run(["ip", "netns", "del", ns], check=False)
+    return True, ""
+
+
+# -- public API --------------------------------------------------------------------------------
+def can_make_namespaces() -> tuple[bool, str]:
+    """Whether :func:`shaped_network` can work here: (True, "") or (False, why not).
+
+    Needs root, ``ip`` and ``tc``, and tries what it needs: a namespace, a veth pair into it
+    and a netem qdisc (then deletes them).
+    """
+    if sys.platform != "linux":
+        return False, f"network namespaces need Linux (this is {sys.platform})"
+    if os.geteuid() != 0:
+        return False, "network namespaces and tc need root (euid is not 0)"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return False, f"`{tool}` (iproute2) is not installed"
+    ok, why = _probe(lambda port: _shape([], port, 100.0, 0.0))
+    if not ok:
+        return False, f"cannot create a namespace, a veth pair and a tbf qdisc: {why}"
+    return True, ""
+
+
+def netem_available() -> tuple[bool, str]:
+    """Whether tc's netem qdisc (needed for ``delay_ms > 0``) exists: (True, "") or why not."""
+    ok, why = can_make_namespaces()
+    if not ok:
+        return False, why
+    ok, why = _probe(lambda port: _shape([], port, 100.0, 1.0))
+    if not ok:
+        return False, f"the kernel has no netem qdisc (CONFIG_NET_SCH_NETEM): {why}"
+    return True, ""
+
+
+@contextlib.contextmanager
+def shaped_network(
+    n_hosts: int,
+    *,
+    rate_mbit: float,
+    delay_ms: float,
+    prefix: str = "dt",
+    congestion_control: str | None = None,
+    lock_timeout: float = 120.0,
+) -> Iterator[ShapedNetwork]:
+    """``n_hosts`` namespaces on a bridge, every host link shaped (see the module docstring).
+
+    Yields a :class:`ShapedNetwork`; removes namespaces, veths and bridge on exit (processes
+    still inside a namespace are ended by PID first). Raises RuntimeError if it cannot be built.
+    """
+    if not _PREFIX.match(prefix):
+        raise ValueError(f"prefix {prefix!r}: 1-8 characters [a-z0-9], starting with a letter")
+    if not 1 <= n_hosts <= MAX_HOSTS:
+        raise ValueError(f"n_hosts={n_hosts}: between 1 and {MAX_HOSTS}")
+    if not (rate_mbit > 0 and delay_ms >= 0):
+        raise ValueError(f"rate_mbit={rate_mbit}, delay_ms={delay_ms}: need rate > 0, delay >= 0")
+    ok, why = can_make_namespaces()
+    if not ok:
+        raise RuntimeError(why)
+    bridge, names = _names(prefix, n_hosts)
+    if delay_ms > 0:
+        ok, why = netem_available()
+        if not ok:
+            raise RuntimeError(f"delay_ms={delay_ms:g} needs netem: {why}")
+    with _subnet_lock(lock_timeout):
+        leftovers = _remove_all(prefix)
+        if leftovers:
+            raise RuntimeError("cannot remove a leftover network: " + "; ".join(leftovers))
+        _check_subnet_free(prefix)
+        hosts: list[Host] = []
+        try:
+            _run(["ip", "link", "add", bridge, "type", "bridge"])
+            _run(["ip", "addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", bridge])
+            _run(["ip", "link", "set", bridge, "up"])
+            for i, (ns, inner, port) in enumerate(names):
+                host = Host(i, ns, f"{SUBNET}.{i + 2}", inner, port)
+                _run(["ip", "netns", "add", ns])
+                hosts.append(host)
+                _run(["ip", "link", "add", port, "type", "veth", "peer", "name", inner,
+                      "netns", ns])
+                _run(["ip", "link", "set", port, "master", bridge])
+                _run(["ip", "link", "set", port, "up"])
+                _shape([], port, rate_mbit, delay_ms)  # downlink: rate and delay
+                in_ns = ["ip", "netns", "exec", ns]
+                _run([*in_ns, "ip", "link", "set", "lo", "up"])
+                _run([*in_ns, "ip", "addr", "add", f"{host.address}/24", "dev", inner])
+                _run([*in_ns, "ip", "link", "set", inner, "up"])
+                if congestion_control:  # per route: the sysctl is not writable in a netns
+                    _run([*in_ns, "ip", "route", "replace", f"{SUBNET}.0/24", "dev", inner,
+                          "proto", "kernel", "scope", "link", "src", host.address,
+                          "congctl", congestion_control])
+                _shape(in_ns, inner, rate_mbit, 0.0)  # uplink: rate only
+            yield ShapedNetwork(prefix, bridge, BRIDGE_ADDRESS, tuple(hosts), rate_mbit, delay_ms)
+        finally:
+            for host in hosts:
+                _end_processes_in(host.namespace)
+            errors = _remove_all(prefix)
+            if errors:
+                print("infra.netns: cleanup incomplete: " + "; ".join(errors), file=sys.stderr)
+
+
+def _end_processes_in(namespace: str, grace: float = 5.0) -> None:
+    """End, by PID, the processes left in a namespace that :func:`shaped_network` created."""
+    pids = [int(p) for p in _run(["ip", "netns", "pids", namespace], check=False).split()]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for pid in pids:
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie child of ours still answers kill(0); reap it if it is ours
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    return True
+
+
+# -- Dask on the network -----------------------------------------------------------------------
+def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(grace)
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def dask_on_network(
+    net: ShapedNetwork,
+    *,
+    python: str | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    timeout: float = 120.0,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[str]:
+    """A Dask scheduler on the bridge address and one worker per host; yields its address.
+
+    The scheduler runs in the root namespace (``dask_scheduler --host 10.77.0.1``), worker i in
+    namespace i (``dask_worker --host 10.77.0.(i+2) --nthreads 1 --no-nanny``) with
+    ``OMP_NUM_THREADS=1`` and ``GLOO_SOCKET_IFNAME`` set to its veth, so that gloo binds to
+    the shaped link (by default gloo uses the address the hostname resolves to, which is not
+    in the namespace). Waits until all workers are connected; stops them by PID on exit.
+    """
+    from distributed import Client
+
+    python = python or sys.executable
+    own_dir = tempfile.mkdtemp(prefix="dask-netns-") if workdir is None else None
+    root = Path(workdir or own_dir or ".")
+    root.mkdir(parents=True, exist_ok=True)
+    scheduler_file = root / "scheduler.json"
+    scheduler_file.unlink(missing_ok=True)
+    base_env = dict(os.environ)
+    base_env.update(env or {})
+    base_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), base_env.get("PYTHONPATH", "")) if p
+    )
+    procs: list[subprocess.Popen] = []
+    logs: list[Path] = []
+
+    def start(argv: list[str], log: Path, extra: dict[str, str]) -> subprocess.Popen:
+        logs.append(log)
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                                    env={**base_env, **extra}, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    def failure(what: str) -> RuntimeError:
+        tails = "\n".join(f"--- {log.name}\n{_tail(log)}" for log in logs)
+        return RuntimeError(f"{what}\n{tails}")
+
+    try:
+        scheduler = start(
+            [python, "-m", "distributed.cli.dask_scheduler", "--host", net.address, "--port",
+             "0", "--no-dashboard", "--scheduler-file", str(scheduler_file)],
+            root / "scheduler.log", {},
+        )
+        deadline = time.monotonic() + timeout
+        address = None
+        while address is None:
+            if scheduler.poll() is not None:
+                raise failure("the Dask scheduler exited")
+            if time.monotonic() > deadline:
+                raise failure(f"the Dask scheduler did not start within {timeout:g} s")
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                address = json.loads(scheduler_file.read_text())["address"]
+            time.sleep(0.1)
+        threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        for host in net.hosts:
+            directory = root / f"worker-{host.index}"
+            directory.mkdir(exist_ok=True)
+            start(
+                host.exec_argv([
+                    python, "-m", "distributed.cli.dask_worker", address, "--host",
+                    host.address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                    "--name", f"host{host.index}", "--death-timeout", "60",
+                    "--local-directory", str(directory),
+                ]),
+                root / f"worker-{host.index}.log",
+                {**threads, "GLOO_SOCKET_IFNAME": host.ifname},
+            )
+        with Client(address, timeout=f"{timeout:g}s", set_as_default=False) as client:
+            try:
+                left = max(1.0, deadline - time.monotonic())
+                client.wait_for_workers(len(net.hosts), timeout=left)
+            except TimeoutError:
+                raise failure(f"not all {len(net.hosts)} Dask workers connected within "
+                              f"{timeout:g} s") from None
+            workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        expected = {h.address for h in net.hosts}
+        seen = {w.split("://")[-1].rsplit(":", 1)[0] for w in workers}
+        if seen != expected:
+            raise failure(f"workers at {sorted(seen)}, expected {sorted(expected)}")
+        yield address
+    finally:
+        for proc in reversed(procs):  # workers first, then the scheduler
+            _stop(proc)
+        if own_dir is not None:
+            shutil.rmtree(own_dir, ignore_errors=True)
