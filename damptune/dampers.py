@@ -354,7 +354,8 @@ def get_damper(spec: str | type[Damper] | Damper | int, **params: Any) -> Damper
     """
     accepted = f"one of {sorted(DAMPERS)}, a Damper class or instance, or an int"
     if isinstance(spec, Damper):
-        return cast(Damper, type(spec)(**{**spec.get_params(), **params}))
+        template = cast(Damper, spec)
+        return cast(type[Damper], template.__class__)(**{**template.get_params(), **params})
     if isinstance(spec, bool):
         raise ConfigError("batch_size", spec, accepted)
     if isinstance(spec, int):
