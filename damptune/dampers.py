@@ -353,15 +353,15 @@ def get_damper(spec: str | type[Damper] | Damper | int, **params: Any) -> Damper
         5
     """
     accepted = f"one of {sorted(DAMPERS)}, a Damper class or instance, or an int"
+    damper_cls: type[Damper]
     if isinstance(spec, Damper):
         template = cast(Damper, spec)
-        return cast(type[Damper], template.__class__)(**{**template.get_params(), **params})
-    if isinstance(spec, bool):
+        damper_cls, params = type(template), {**template.get_params(), **params}
+    elif isinstance(spec, bool):
         raise ConfigError("batch_size", spec, accepted)
-    if isinstance(spec, int):
-        return SGD(initial=spec, **params)
-    damper_cls: type[Damper]
-    if isinstance(spec, str):
+    elif isinstance(spec, int):
+        damper_cls, params = SGD, {"initial": spec, **params}
+    elif isinstance(spec, str):
         if spec not in DAMPERS:
             raise ConfigError("batch_size", spec, f"one of {sorted(DAMPERS)}")
         damper_cls = DAMPERS[spec]
@@ -376,22 +376,3 @@ def get_damper(spec: str | type[Damper] | Damper | int, **params: Any) -> Damper
         raise ConfigError(
             "batch_size__*", sorted(params), f"parameters of {damper_cls.__name__}: {names}"
         ) from exc
-    if isinstance(spec, int):
-        return SGD(initial=spec, **params)
-    if isinstance(spec, str):
-        if spec not in DAMPERS:
-            raise ConfigError("batch_size", spec, f"one of {sorted(DAMPERS)}")
-        spec = DAMPERS[spec]
-    if isinstance(spec, type) and issubclass(spec, Damper):
-        cls: type[Damper] = spec
-        try:
-            return cls(**params)
-        except TypeError as exc:
-            accepted = sorted(cls().get_params())
-            raise ConfigError(
-                "batch_size__*", sorted(params), f"parameters of {cls.__name__}: {accepted}"
-            ) from exc
-    if isinstance(spec, Damper):
-        template: Damper = spec
-        return template.__class__(**{**template.get_params(), **params})
-    raise ConfigError("batch_size", spec, f"one of {sorted(DAMPERS)}, a Damper or an int")
