@@ -116,7 +116,7 @@ def rank_setup(
     if dist.is_initialized():  # a group left behind by a driver that died: not ours any more
         dist.destroy_process_group()
     store = reg.get("store") or dist.TCPStore(host, port, is_master=False, timeout=timeout)
-    device = resolve_device(config)
+    device = resolve_device(config, local_rank=rank)  # one GPU per rank (cuda:rank % count)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(
