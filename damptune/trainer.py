@@ -105,6 +105,7 @@ def train(
     checkpoint_path: str | None = None,
     resume: bool = False,
     cluster: Any = None,
+    workers: list[str] | None = None,
     local_directory: str | None = None,
 ) -> TrainState:
     """Train until ``max_epochs`` (or ``max_updates``) and return the final state.
@@ -119,6 +120,8 @@ def train(
             and at the end.
         resume: continue from ``checkpoint_path`` when it exists.
         cluster: None (local Dask cluster of ``max_workers``), an address, a Client or a cluster.
+        workers: addresses of the Dask workers this run may use (rank r on the r-th); default
+            all of the cluster's. Lets several runs share one cluster without sharing workers.
         local_directory: Dask scratch directory for a cluster started here.
     """
     # setup: every check before any work and before touching an existing checkpoint
@@ -156,7 +159,11 @@ def train(
             client = stack.enter_context(
                 connect(cluster, n_workers=config.max_workers, local_directory=local_directory)
             )
-            workers = worker_addresses(client)
+            known = worker_addresses(client)
+            if workers is not None and not set(workers) <= set(known):
+                raise ConfigError("workers", sorted(set(workers) - set(known)),
+                                  f"addresses of the cluster's workers: {known}")
+            workers = list(workers) if workers is not None else known
             data_future = scatter_data(client, data)
             if config.mode == "centralized":
                 runner = _OpsRunner(CentralizedOps(

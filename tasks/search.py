@@ -1,0 +1,105 @@
+"""Optuna side of a cell: the study, its sampler and pruner, and the damper's search space."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
+
+from damptune import DAMPERS, Param
+from tasks.grid import Cell, GridSettings
+
+__all__ = ["storage_for", "study_name", "open_study", "distributions", "count_finished", "FINISHED"]
+
+FINISHED = (
+    optuna.trial.TrialState.COMPLETE,
+    optuna.trial.TrialState.PRUNED,
+    optuna.trial.TrialState.FAIL,
+)
+LR_PARAM = Param("lr", 1e-3, 0.5, log=True, doc="learning rate (the sgd baseline's only knob)")
+
+
+_STORAGES: dict[str, optuna.storages.BaseStorage] = {}
+_LOCK = threading.Lock()
+
+
+def storage_for(url: str) -> optuna.storages.BaseStorage:
+    """One storage object per URL in this process, shared by its threads (schema made once).
+
+    SQLite waits up to 60 s for a lock instead of failing at once when cells write together.
+    """
+    with _LOCK:
+        if url not in _STORAGES:
+            engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+            _STORAGES[url] = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        return _STORAGES[url]
+
+
+def study_name(settings: GridSettings, cell: Cell) -> str:
+    """Deterministic: ``<grid name>/<cell key>``; reruns find the same study."""
+    return f"{settings.grid_name}/{cell.key}"
+
+
+def distributions(settings: GridSettings, cell: Cell) -> dict[str, BaseDistribution]:
+    """The damper's declared space, clipped to the trial budget and the cell's cap."""
+    cap = cell.network * settings.per_worker_batch
+    space = DAMPERS[cell.algorithm].space(max_epochs=settings.epochs) or (LR_PARAM,)
+    out: dict[str, BaseDistribution] = {}
+    for p in space:
+        high = min(p.high, cap) if p.unit == "examples" else p.high
+        low = min(p.low, high)
+        if p.integer:
+            out[p.name] = IntDistribution(int(math.ceil(low)), int(high), log=p.log)
+        else:
+            out[p.name] = FloatDistribution(float(low), float(high), log=p.log)
+    return out
+
+
+def _sampler(settings: GridSettings) -> optuna.samplers.BaseSampler:
+    if settings.sampler == "gp":
+        return optuna.samplers.GPSampler(seed=settings.seed)
+    return optuna.samplers.TPESampler(seed=settings.seed, n_startup_trials=4)
+
+
+def _pruner(settings: GridSettings, n_train: int) -> optuna.pruners.BasePruner:
+    """Resources are examples seen: one epoch at least, the whole budget at most."""
+    if settings.pruner == "none":
+        return optuna.pruners.NopPruner()
+    min_resource = int(n_train * settings.eval_every)
+    if settings.pruner == "sha":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource,
+                                                      reduction_factor=3)
+    return optuna.pruners.HyperbandPruner(
+        min_resource=min_resource, max_resource=int(n_train * settings.epochs),
+        reduction_factor=3,
+    )
+
+
+def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.Study:
+    """Create or load the cell's study (minimize simulated seconds to the target)."""
+    study = optuna.create_study(
+        study_name=study_name(settings, cell),
+        storage=storage_for(settings.storage),
+        direction="minimize",
+        sampler=_sampler(settings),
+        pruner=_pruner(settings, n_train),
+        load_if_exists=True,
+    )
+    for key, value in {"grid": settings.grid_name, "network": cell.network,
+                       "algorithm": cell.algorithm, "model": cell.model,
+                       "dataset": settings.dataset, "profile": settings.profile,
+                       "target_accuracy": settings.target_accuracy}.items():
+        if study.user_attrs.get(key) != value:
+            study.set_user_attr(key, value)
+    return study
+
+
+def count_finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def trial_params(trial: optuna.trial.FrozenTrial | Any) -> dict[str, Any]:
+    return dict(trial.params)

@@ -1,0 +1,184 @@
+"""MLflow side: one experiment per grid, a parent run per cell, a child run per trial.
+
+All calls go through an explicit ``MlflowClient(tracking_uri)``: no global MLflow state, safe
+from the threads that run cells and trials.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+__all__ = [
+    "client_for",
+    "experiment_id",
+    "parent_run",
+    "child_run",
+    "find_trial_run",
+    "MetricBuffer",
+    "redact",
+    "log_plots",
+]
+
+T = TypeVar("T")
+CELL_TAG, TRIAL_TAG, GRID_TAG = "damptune.cell", "damptune.trial_number", "damptune.grid"
+_SECRET = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
+
+
+def redact(text: str) -> str:
+    """Hide the password of a URL (``postgresql://user:secret@host`` → ``user:***@``)."""
+    return _SECRET.sub(r"\1***\3", str(text))
+
+
+def with_retries(fn: Callable[[], T], *, what: str, attempts: int = 4, delay: float = 0.5) -> T:
+    """Retry a tracking call on transient errors (server restarting, SQLite busy)."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except (MlflowException, OSError) as exc:
+            transient = "RESOURCE_DOES_NOT_EXIST" not in str(exc) and "INVALID_PARAMETER" not in str(
+                exc)
+            if not transient or attempt == attempts - 1:
+                raise
+            time.sleep(delay * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def client_for(tracking_uri: str) -> MlflowClient:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def experiment_id(client: MlflowClient, *, grid_name: str, artifact_root: str) -> str:
+    """The grid's experiment, created with an explicit artifact location."""
+    name = f"damptune-{grid_name}"
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return str(exp.experiment_id)
+    uri = str(client.tracking_uri)
+    if uri.startswith(("http://", "https://")):
+        location = f"mlflow-artifacts:/{name}"  # served by the tracking server
+    else:
+        location = os.path.abspath(os.path.join(artifact_root, name))
+    try:
+        return str(client.create_experiment(name, artifact_location=location,
+                                            tags={GRID_TAG: grid_name}))
+    except MlflowException:  # created meanwhile by another cell
+        exp = client.get_experiment_by_name(name)
+        assert exp is not None
+        return str(exp.experiment_id)
+
+
+def _find(client: MlflowClient, exp_id: str, filter_string: str) -> str | None:
+    runs = client.search_runs([exp_id], filter_string=filter_string, max_results=2,
+                              order_by=["attributes.start_time ASC"])
+    return runs[0].info.run_id if runs else None
+
+
+def parent_run(client: MlflowClient, exp_id: str, *, cell_key: str, params: dict[str, Any]) -> str:
+    """The cell's parent run: created once, found again on a rerun."""
+    found = _find(client, exp_id, f"tags.`{CELL_TAG}` = '{cell_key}' and "
+                                  f"tags.`damptune.kind` = 'cell'")
+    if found:
+        return found
+    run = client.create_run(exp_id, run_name=cell_key,
+                            tags={CELL_TAG: cell_key, "damptune.kind": "cell"})
+    client.log_batch(run.info.run_id, params=[Param(k, redact(str(v))[:6000])
+                                              for k, v in params.items()])
+    return run.info.run_id
+
+
+def find_trial_run(client: MlflowClient, exp_id: str, *, cell_key: str, number: int) -> str | None:
+    return _find(client, exp_id, f"tags.`{CELL_TAG}` = '{cell_key}' and "
+                                 f"tags.`{TRIAL_TAG}` = '{number}'")
+
+
+def child_run(
+    client: MlflowClient, exp_id: str, *, parent_id: str, cell_key: str, number: int,
+    params: dict[str, Any],
+) -> str:
+    """The trial's run, nested under the cell's (``mlflow.parentRunId``); reused on rerun."""
+    found = find_trial_run(client, exp_id, cell_key=cell_key, number=number)
+    if found:
+        return found
+    run = client.create_run(exp_id, run_name=f"{cell_key}/trial-{number}", tags={
+        "mlflow.parentRunId": parent_id, CELL_TAG: cell_key, TRIAL_TAG: str(number),
+        "damptune.kind": "trial",
+    })
+    client.log_batch(run.info.run_id, params=[Param(k, redact(str(v))[:6000])
+                                              for k, v in params.items()])
+    return run.info.run_id
+
+
+class MetricBuffer:
+    """Collects step metrics and sends them in batches (MLflow takes 1000 per call)."""
+
+    def __init__(self, client: MlflowClient, run_id: str, *, size: int = 900) -> None:
+        self.client, self.run_id, self.size = client, run_id, size
+        self.metrics: list[Metric] = []
+
+    def add(self, values: dict[str, float], *, step: int) -> None:
+        now = int(time.time() * 1000)
+        self.metrics.extend(Metric(k, float(v), now, step) for k, v in values.items()
+                            if v is not None)
+        if len(self.metrics) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        while self.metrics:
+            chunk, self.metrics = self.metrics[:1000], self.metrics[1000:]
+            with_retries(lambda chunk=chunk: self.client.log_batch(self.run_id, metrics=chunk),
+                         what="logging metrics")
+
+
+def set_tags(client: MlflowClient, run_id: str, tags: dict[str, Any]) -> None:
+    client.log_batch(run_id, tags=[RunTag(k, redact(str(v))) for k, v in tags.items()])
+
+
+def log_plots(client: MlflowClient, run_id: str, history: list[dict[str, Any]], *,
+              target: float) -> None:
+    """Batch size and lr per update; test accuracy against simulated (and measured) time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    updates = [r for r in history if r["kind"] == "update"]
+    evals = [r for r in history if r["kind"] == "eval"]
+    with tempfile.TemporaryDirectory() as tmp:
+        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+        ax.plot([r["update"] for r in updates], [r["batch_size"] for r in updates],
+                color="tab:blue")
+        ax.set_xlabel("model update")
+        ax.set_ylabel("batch size (examples)", color="tab:blue")
+        ax2 = ax.twinx()
+        ax2.plot([r["update"] for r in updates], [r["lr"] for r in updates], color="tab:red")
+        ax2.set_ylabel("learning rate", color="tab:red")
+        ax.set_title("damping schedule")
+        fig.tight_layout()
+        fig.savefig(os.path.join(tmp, "schedule.png"))
+        plt.close(fig)
+
+        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+        ax.plot([r["time_sim"] for r in evals], [r["test_accuracy"] for r in evals], marker="o",
+                label="simulated")
+        ax.plot([r["time_elapsed"] for r in evals], [r["test_accuracy"] for r in evals],
+                marker=".", linestyle=":", label="measured here")
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label="target")
+        ax.set_xlabel("wall-clock (s)")
+        ax.set_ylabel("test accuracy")
+        ax.legend()
+        ax.set_title("accuracy vs time")
+        fig.tight_layout()
+        fig.savefig(os.path.join(tmp, "accuracy_vs_time.png"))
+        plt.close(fig)
+        with_retries(lambda: client.log_artifacts(run_id, tmp, artifact_path="plots"),
+                     what="logging plots")

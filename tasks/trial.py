@@ -1,0 +1,139 @@
+"""The trial task: train one damping configuration on its cell's ranks; report and log it.
+
+Objective (minimized): the simulated wall-clock, on the grid's network profile, until the
+first evaluation whose test accuracy reaches ``target_accuracy``. A trial that never reaches it
+gets ``T_end × (1 + (target − best_accuracy) / target)``: the simulated time it spent, scaled up
+by how far it fell short — always more than it spent, so it ranks behind any trial that reached
+the target in the same time. Intermediate values for the pruner are test errors (1 − accuracy)
+at steps measured in examples seen.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import optuna
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from damptune import StopTraining, TrainConfig, TrainData, train
+from damptune.config import import_path
+from models import load_dataset, model_class
+from tasks import tracking
+from tasks.clusters import pool_for
+from tasks.grid import Cell, GridSettings
+from tasks.search import open_study
+
+__all__ = ["run_trial", "objective", "trial_config"]
+
+UPDATE_METRICS = ("loss", "batch_size", "lr", "damping", "n_workers", "examples_seen",
+                  "time_elapsed", "time_sim", "time_compute", "time_comm")
+
+
+def objective(history: list[dict[str, Any]], *, target: float) -> tuple[float, bool, float]:
+    """(value, reached, best accuracy) of a finished trial (see module docstring)."""
+    evals = [r for r in history if r["kind"] == "eval"]
+    best = max((r["test_accuracy"] for r in evals), default=0.0)
+    for r in evals:
+        if r["test_accuracy"] >= target:
+            return float(r["time_sim"]), True, best
+    end = float(history[-1]["time_sim"]) if history else 0.0
+    return end * (1 + (target - best) / target), False, best
+
+
+def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
+                 dataset: Any) -> TrainConfig:
+    """The engine configuration of one trial."""
+    damper_kwargs = {"initial": settings.initial_batch}
+    damper_kwargs.update({k: v for k, v in params.items() if k != "lr"})
+    damper_kwargs["initial"] = min(int(damper_kwargs["initial"]),
+                                   cell.network * settings.per_worker_batch)
+    return TrainConfig(
+        module=import_path(model_class(cell.model)),
+        module_kwargs={"input_shape": tuple(dataset.input_shape),
+                       "n_classes": int(dataset.n_classes)},
+        optimizer_kwargs={"momentum": settings.momentum},
+        lr=float(params.get("lr", settings.lr)),
+        damper=cell.algorithm,
+        damper_kwargs=damper_kwargs,
+        max_batch_size=cell.network * settings.per_worker_batch,
+        per_worker_batch=settings.per_worker_batch,
+        min_workers=1,
+        max_workers=cell.network,
+        max_epochs=settings.epochs,
+        eval_every=settings.eval_every,
+        seed=settings.seed,
+        mode=settings.mode,
+        profile=settings.profile,
+        checkpoint_every=int(settings.extra.get("checkpoint_every", 0)) or None,
+        timeout=float(settings.extra.get("rank_timeout", 300.0)),
+    )
+
+
+@task(name="trial", cache_policy=NO_CACHE, task_run_name="{cell_key}/trial-{number}")
+def run_trial(
+    *,
+    settings: dict[str, Any],
+    cell_key: str,
+    cell: dict[str, Any],
+    number: int,
+    trial_id: int,
+    params: dict[str, Any],
+    pool_key: str,
+    experiment_id: str,
+    parent_run_id: str,
+) -> dict[str, Any]:
+    """Train trial ``number`` of the cell; return its state, value and MLflow run id."""
+    grid = GridSettings(**settings)
+    c = Cell(**cell)
+    ds = load_dataset(grid.dataset, seed=grid.seed)
+    config = trial_config(grid, c, params, ds)
+    study = open_study(grid, c, n_train=len(ds.y_train))
+    trial = optuna.trial.Trial(study, trial_id)
+
+    client = tracking.client_for(grid.tracking_uri)
+    run_id = tracking.child_run(
+        client, experiment_id, parent_id=parent_run_id, cell_key=cell_key, number=number,
+        params={"algorithm": c.algorithm, "network": c.network, "model": c.model,
+                "dataset": grid.dataset, "seed": grid.seed, "mode": grid.mode,
+                "profile": grid.profile, "target_accuracy": grid.target_accuracy,
+                "epochs": grid.epochs, **{f"hp.{k}": v for k, v in params.items()}},
+    )
+    metrics = tracking.MetricBuffer(client, run_id)
+
+    def on_record(record: dict[str, Any]) -> None:
+        if record["kind"] == "update":
+            metrics.add({k: record[k] for k in UPDATE_METRICS}, step=record["update"])
+            return
+        metrics.add({"test_accuracy": record["test_accuracy"], "test_loss": record["test_loss"],
+                     "eval_time_sim": record["time_sim"]}, step=record["update"])
+        metrics.flush()
+        trial.report(1.0 - record["test_accuracy"], step=int(record["examples_seen"]))
+        if trial.should_prune():
+            raise StopTraining(f"pruned by Optuna at {record['examples_seen']} examples")
+
+    checkpoint = os.path.join(grid.run_dir, "checkpoints", cell_key, f"trial-{number}.pt")
+    try:
+        with pool_for(pool_key).acquire(c.network) as workers:
+            state = train(config, TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test,
+                                                        ds.y_test),
+                          cluster=pool_for(pool_key).address, workers=workers,
+                          callback=on_record, checkpoint_path=checkpoint, resume=True)
+    except BaseException:
+        metrics.flush()
+        client.set_terminated(run_id, status="FAILED")
+        raise
+    metrics.flush()
+    value, reached, best = objective(state.history, target=grid.target_accuracy)
+    pruned = state.stopped is not None
+    final = {"objective": value, "reached_target": float(reached), "best_accuracy": best,
+             "updates": state.update, "examples_seen_total": state.examples_seen,
+             "time_sim_total": state.time_sim, "time_elapsed_total": state.time_elapsed}
+    metrics.add(final, step=state.update)
+    metrics.flush()
+    tracking.set_tags(client, run_id, {"damptune.state": "PRUNED" if pruned else "COMPLETE"})
+    tracking.log_plots(client, run_id, state.history, target=grid.target_accuracy)
+    client.set_terminated(run_id, status="FINISHED")
+    return {"number": number, "state": "PRUNED" if pruned else "COMPLETE", "value": value,
+            "reached": reached, "best_accuracy": best, "run_id": run_id, "params": params}
