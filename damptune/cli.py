@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from typing import Any
 
 __all__ = ["main", "build_parser"]
@@ -62,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     from damptune import simulate
 
     simulate.add_parser(sub)
+    # commands of other packages (the tuning pipeline registers `tune` and `report`)
+    for entry in entry_points(group="damptune.commands"):
+        entry.load()(sub)
     return parser
 
 
@@ -156,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from damptune import simulate
 
             return simulate.run(args)
+        if hasattr(args, "handler"):
+            return int(args.handler(args))
     except (DamptuneError, ValueError) as exc:
         print(f"damptune {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,158 @@
+"""``damptune tune`` and ``damptune report``: the pipeline's commands.
+
+They plug into the engine's command line through the ``damptune.commands`` entry-point group
+(pyproject.toml), so the engine never imports the pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from typing import Any
+
+__all__ = ["register_tune", "register_report"]
+
+
+def _csv(kind: type) -> Any:
+    def parse(text: str) -> list[Any]:
+        try:
+            return [kind(x.strip()) for x in text.split(",") if x.strip()]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected comma-separated values: {exc}") from exc
+    return parse
+
+
+def register_tune(sub: Any) -> None:
+    from tasks.grid import ALGORITHMS, MODEL_NAMES
+
+    t = sub.add_parser("tune", help="run the tuning grid in this process (no servers needed)")
+    t.add_argument("--networks", type=_csv(int), default=[2, 4, 8, 16], help="e.g. 2,4")
+    t.add_argument("--algorithms", type=_csv(str), default=list(ALGORITHMS),
+                   help="e.g. geodamp,padadamp")
+    t.add_argument("--models", type=_csv(str), default=list(MODEL_NAMES), help="e.g. mlp")
+    t.add_argument("--dataset", default="mnist1d")
+    t.add_argument("--trials", type=int, default=4, help="trials per cell, in all")
+    t.add_argument("--epochs", type=float, default=6.0, help="training budget per trial")
+    t.add_argument("--target", type=float, default=0.6, help="target test accuracy")
+    t.add_argument("--profile", default="decentralized-moderate")
+    t.add_argument("--mode", default="centralized", help="centralized or decentralized")
+    t.add_argument("--grid-name", default="grid")
+    t.add_argument("--run-dir", default=None, help="default ./runs/<grid name>")
+    t.add_argument("--storage", default=None, help="Optuna storage URL (default SQLite)")
+    t.add_argument("--tracking-uri", default=None, help="MLflow URI (default SQLite)")
+    t.add_argument("--cluster", default="local", help="local, tcp://HOST:PORT or a YAML")
+    t.add_argument("--sampler", default="tpe", help="tpe or gp")
+    t.add_argument("--pruner", default="hyperband", help="hyperband, sha or none")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--concurrent-cells", type=int, default=2)
+    t.add_argument("--no-progress", action="store_true")
+    t.set_defaults(handler=_tune)
+
+
+def _progress(storage: str, grid_name: str, total: int, stop: threading.Event) -> None:
+    """A progress bar fed by the Optuna storage (finished trials of this grid)."""
+    from tqdm import tqdm
+
+    from tasks.search import FINISHED, storage_for
+
+    bar = tqdm(total=total, unit="trial", desc=f"grid {grid_name}", file=sys.stderr)
+    while not stop.wait(2.0):
+        try:
+            store = storage_for(storage)
+            done = 0
+            for s in store.get_all_studies():
+                if s.user_attrs.get("grid") == grid_name:
+                    done += len(store.get_all_trials(s._study_id, deepcopy=False,
+                                                     states=FINISHED))
+            bar.update(min(done, total) - bar.n)
+        except Exception:  # noqa: BLE001 - the storage may not exist yet
+            continue
+    bar.close()
+
+
+def _tune(args: argparse.Namespace) -> int:
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.tune import resolve_locations, tune
+    from tasks.grid import GridSettings, cells_of
+
+    settings = GridSettings(grid_name=args.grid_name, dataset=args.dataset, trials=args.trials,
+                            epochs=args.epochs, target_accuracy=args.target,
+                            profile=args.profile, mode=args.mode, seed=args.seed,
+                            sampler=args.sampler, pruner=args.pruner,
+                            run_dir=args.run_dir or "", storage=args.storage or "",
+                            tracking_uri=args.tracking_uri or "")
+    cells = cells_of(networks=args.networks, algorithms=args.algorithms, models=args.models,
+                     settings=settings)  # bad input fails here, before any server starts
+    resolve_locations(settings)
+    stop = threading.Event()
+    if not args.no_progress:
+        threading.Thread(target=_progress, daemon=True,
+                         args=(settings.storage, args.grid_name, len(cells) * args.trials,
+                               stop)).start()
+    try:
+        rows = tune(networks=args.networks, algorithms=args.algorithms, models=args.models,
+                    dataset=args.dataset, trials=args.trials, epochs=args.epochs,
+                    target_accuracy=args.target, profile=args.profile, mode=args.mode,
+                    seed=args.seed, sampler=args.sampler, pruner=args.pruner,
+                    grid_name=args.grid_name, run_dir=settings.run_dir,
+                    storage=settings.storage, tracking_uri=settings.tracking_uri,
+                    cluster=args.cluster, max_concurrent_cells=args.concurrent_cells)
+    finally:
+        stop.set()
+    _print_rows(rows, as_json=False)
+    print(f"summary: {settings.run_dir}/summary.md; report: damptune report --run-dir "
+          f"{settings.run_dir}")
+    return 0
+
+
+def register_report(sub: Any) -> None:
+    r = sub.add_parser("report", help="best hyperparameters and value per cell of a grid")
+    r.add_argument("--run-dir", default=os.path.join("runs", "grid"),
+                   help="the grid's run directory (default runs/grid)")
+    r.add_argument("--storage", default=None,
+                   help="Optuna storage URL (default: SQLite in the run directory)")
+    r.add_argument("--grid-name", default=None, help="only this grid's cells")
+    r.add_argument("--json", action="store_true", help="one JSON object per cell")
+    r.set_defaults(handler=_report)
+
+
+def _print_rows(rows: list[dict[str, Any]], *, as_json: bool) -> None:
+    from tasks.report import COLUMNS
+
+    for row in rows:
+        if as_json:
+            print(json.dumps({k: row[k] for k in (*COLUMNS, "best_trial")}))
+            continue
+        value = "-" if row["best_value"] is None else f"{row['best_value']:.4g} s"
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in row["best_params"].items()) or "-"
+        print(f"n{row['network']:<3} {row['algorithm']:<11} {row['model']:<8} best {value:<12}"
+              f" {params:<40} complete {row['n_complete']}, pruned {row['n_pruned']}, "
+              f"failed {row['n_failed']}")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from damptune import ConfigError
+    from tasks.report import grid_rows, read_meta
+
+    run_dir = os.path.abspath(args.run_dir)
+    meta = read_meta(run_dir)
+    storage = args.storage or f"sqlite:///{run_dir}/optuna.db"
+    if not args.storage and not os.path.exists(os.path.join(run_dir, "optuna.db")):
+        raise ConfigError("--run-dir", args.run_dir,
+                          "a grid's run directory holding optuna.db (or give --storage)")
+    rows = grid_rows(storage, grid_name=args.grid_name or meta.get("grid_name"))
+    _print_rows(rows, as_json=args.json)
+    if not args.json:
+        tracking = meta.get("tracking_uri") or f"sqlite:///{run_dir}/mlflow.db"
+        ui = tracking if tracking.startswith("http") else (
+            f"run `mlflow ui --backend-store-uri {tracking}`")
+        print(f"\nOptuna storage: {storage} (optuna-dashboard {storage})")
+        print(f"MLflow: {ui}")
+        if meta.get("prefect_api_url"):
+            print(f"Prefect UI: {meta['prefect_api_url'].removesuffix('/api')}")
+        print(f"Summary: {run_dir}/summary.md")
+    return 0
