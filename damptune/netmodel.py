@@ -272,14 +272,15 @@ def calibrate_compute(
     step: Callable[[int], None],
     *,
     batch_sizes: tuple[int, ...] = (16, 64),
-    repeats: int = 5,
+    repeats: int = 9,
     cache: bool = True,
 ) -> tuple[float, float]:
     """Measure forward+backward time: returns (fixed seconds, seconds per example).
 
-    ``step(n)`` runs one forward+backward on ``n`` examples. The median over ``repeats`` at
-    each batch size gives a line ``fixed + n · per_example``; the result is cached under
-    ``key`` (model, device, batch sizes) in ``$DAMPTUNE_CACHE/compute.json``.
+    ``step(n)`` runs one forward+backward on ``n`` examples. The fastest of ``repeats`` runs
+    at each batch size (the least disturbed by other processes on a busy machine) gives a line
+    ``fixed + n · per_example``; the result is cached under ``key`` (model, device, batch
+    sizes) in ``$DAMPTUNE_CACHE/compute.json``.
     """
     path = _cache_file()
     full_key = f"{key}|{','.join(map(str, batch_sizes))}"
@@ -291,7 +292,7 @@ def calibrate_compute(
                 return float(fixed), float(per_example)
         except (OSError, ValueError):
             pass
-    medians = []
+    fastest = []
     for n in batch_sizes:
         step(n)  # warm-up
         times = []
@@ -299,8 +300,8 @@ def calibrate_compute(
             t0 = time.perf_counter()
             step(n)
             times.append(time.perf_counter() - t0)
-        medians.append(sorted(times)[len(times) // 2])
-    (n0, t0_), (n1, t1_) = (batch_sizes[0], medians[0]), (batch_sizes[-1], medians[-1])
+        fastest.append(min(times))
+    (n0, t0_), (n1, t1_) = (batch_sizes[0], fastest[0]), (batch_sizes[-1], fastest[-1])
     per_example = max((t1_ - t0_) / (n1 - n0), 1e-9) if n1 != n0 else t1_ / n1
     fixed = max(t0_ - per_example * n0, 0.0)
     if cache:

@@ -88,7 +88,7 @@ def calibrate(config: TrainConfig, data: TrainData, state: TrainState) -> None:
     try:
         key = "|".join([config.module, repr(sorted(config.module_kwargs.items())),
                         str(state.device), f"x{tuple(data.X.shape[1:])}"])
-        sizes = (max(1, min(n, config.per_worker_batch) // 4), min(n, config.per_worker_batch))
+        sizes = (min(n, config.per_worker_batch), min(n, 4 * config.per_worker_batch))
         config.compute_fixed, config.compute_per_example = calibrate_compute(
             key, step, batch_sizes=sizes)
     finally:

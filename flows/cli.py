@@ -25,6 +25,15 @@ def _csv(kind: type) -> Any:
     return parse
 
 
+def _target(text: str) -> float | dict[str, float]:
+    try:
+        if "=" not in text:
+            return float(text)
+        return {k.strip(): float(v) for k, v in (p.split("=") for p in text.split(","))}
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected 0.6 or mlp=0.5,cnn=0.7: {exc}") from exc
+
+
 def register_tune(sub: Any) -> None:
     from tasks.grid import ALGORITHMS, MODEL_NAMES
 
@@ -34,9 +43,11 @@ def register_tune(sub: Any) -> None:
                    help="e.g. geodamp,padadamp")
     t.add_argument("--models", type=_csv(str), default=list(MODEL_NAMES), help="e.g. mlp")
     t.add_argument("--dataset", default="mnist1d")
-    t.add_argument("--trials", type=int, default=4, help="trials per cell, in all")
+    t.add_argument("--trials", type=int, default=3, help="trials per cell, in all")
     t.add_argument("--epochs", type=float, default=6.0, help="training budget per trial")
-    t.add_argument("--target", type=float, default=0.6, help="target test accuracy")
+    t.add_argument("--target", type=_target, default=None,
+                   help="target test accuracy: 0.6, or per model mlp=0.5,cnn=0.7 "
+                   "(default mlp=0.5,cnn=0.7,wrn16_4=0.9)")
     t.add_argument("--profile", default="decentralized-moderate")
     t.add_argument("--mode", default="centralized", help="centralized or decentralized")
     t.add_argument("--grid-name", default="grid")
@@ -76,7 +87,10 @@ def _progress(storage: str, grid_name: str, total: int, stop: threading.Event) -
 def _tune(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.tune import resolve_locations, tune
-    from tasks.grid import GridSettings, cells_of
+    from tasks.grid import DEFAULT_TARGETS, GridSettings, cells_of
+
+    if args.target is None:
+        args.target = dict(DEFAULT_TARGETS)
 
     settings = GridSettings(grid_name=args.grid_name, dataset=args.dataset, trials=args.trials,
                             epochs=args.epochs, target_accuracy=args.target,

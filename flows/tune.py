@@ -18,7 +18,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from tasks import tracking
 from tasks.cell import run_cell
 from tasks.clusters import open_cluster
-from tasks.grid import ALGORITHMS, MODEL_NAMES, GridSettings, cells_of
+from tasks.grid import ALGORITHMS, DEFAULT_TARGETS, MODEL_NAMES, GridSettings, cells_of
 from tasks.report import grid_rows, write_meta, write_summary
 from tasks.search import storage_for
 
@@ -44,9 +44,9 @@ def tune(
     algorithms: list[str] = list(ALGORITHMS),  # noqa: B006,B008
     models: list[str] = list(MODEL_NAMES),  # noqa: B006,B008
     dataset: str = "mnist1d",
-    trials: int = 4,
+    trials: int = 3,
     epochs: float = 6.0,
-    target_accuracy: float = 0.6,
+    target_accuracy: float | dict[str, float] = DEFAULT_TARGETS,  # noqa: B006
     profile: str = "decentralized-moderate",
     mode: str = "centralized",
     per_worker_batch: int = 32,
@@ -69,7 +69,8 @@ def tune(
         models: model names (``mlp``, ``cnn``, ``wrn16_4``).
         trials: trials per cell in all: a rerun tops up to this number, never beyond.
         epochs: training budget of one trial, in epochs.
-        target_accuracy: the objective is the simulated time to reach this test accuracy.
+        target_accuracy: the objective is the simulated time to reach this test accuracy:
+            one value, or one per model (default mlp 0.5, cnn 0.7, wrn16_4 0.9).
         profile: network profile of the simulated time.
         mode: ``centralized`` or ``decentralized`` data parallelism for the real training.
         per_worker_batch: examples per rank; a cell's cap is ``network × per_worker_batch``.

@@ -73,7 +73,7 @@ def run_cell(
                                     artifact_root=f"{grid.run_dir}/mlartifacts")
     parent = tracking.parent_run(client, exp_id, cell_key=c.key, params={
         "network": c.network, "algorithm": c.algorithm, "model": c.model,
-        "dataset": grid.dataset, "target_accuracy": grid.target_accuracy,
+        "dataset": grid.dataset, "target_accuracy": grid.target_for(c.model),
         "profile": grid.profile, "mode": grid.mode, "trials": grid.trials,
         "epochs": grid.epochs, "seed": grid.seed, "sampler": grid.sampler,
         "pruner": grid.pruner, "study": study_name(grid, c),

@@ -91,7 +91,7 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
     for key, value in {"grid": settings.grid_name, "network": cell.network,
                        "algorithm": cell.algorithm, "model": cell.model,
                        "dataset": settings.dataset, "profile": settings.profile,
-                       "target_accuracy": settings.target_accuracy}.items():
+                       "target_accuracy": settings.target_for(cell.model)}.items():
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
     return study

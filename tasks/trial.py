@@ -1,7 +1,8 @@
 """The trial task: train one damping configuration on its cell's ranks; report and log it.
 
 Objective (minimized): the simulated wall-clock, on the grid's network profile, until the
-first evaluation whose test accuracy reaches ``target_accuracy``. A trial that never reaches it
+first evaluation whose test accuracy reaches the model's target accuracy; the trial stops
+there (its value cannot change any more). A trial that never reaches it within its epochs
 gets ``T_end × (1 + (target − best_accuracy) / target)``: the simulated time it spent, scaled up
 by how far it fell short — always more than it spent, so it ranks behind any trial that reached
 the target in the same time. Intermediate values for the pruner are test errors (1 − accuracy)
@@ -27,6 +28,7 @@ from tasks.search import open_study
 
 __all__ = ["run_trial", "objective", "trial_config"]
 
+TARGET_REACHED = "the target accuracy was reached"
 UPDATE_METRICS = ("loss", "batch_size", "lr", "damping", "n_workers", "examples_seen",
                   "time_elapsed", "time_sim", "time_compute", "time_comm")
 
@@ -87,6 +89,7 @@ def run_trial(
     """Train trial ``number`` of the cell; return its state, value and MLflow run id."""
     grid = GridSettings(**settings)
     c = Cell(**cell)
+    target = grid.target_for(c.model)
     ds = load_dataset(grid.dataset, seed=grid.seed)
     config = trial_config(grid, c, params, ds)
     study = open_study(grid, c, n_train=len(ds.y_train))
@@ -97,18 +100,24 @@ def run_trial(
         client, experiment_id, parent_id=parent_run_id, cell_key=cell_key, number=number,
         params={"algorithm": c.algorithm, "network": c.network, "model": c.model,
                 "dataset": grid.dataset, "seed": grid.seed, "mode": grid.mode,
-                "profile": grid.profile, "target_accuracy": grid.target_accuracy,
+                "profile": grid.profile, "target_accuracy": target,
                 "epochs": grid.epochs, **{f"hp.{k}": v for k, v in params.items()}},
     )
     metrics = tracking.MetricBuffer(client, run_id)
+    last = {"batch_size": None, "n_workers": None}
 
     def on_record(record: dict[str, Any]) -> None:
         if record["kind"] == "update":
-            metrics.add({k: record[k] for k in UPDATE_METRICS}, step=record["update"])
+            changed = any(record[k] != v for k, v in last.items())
+            if changed or record["update"] % grid.metrics_every == 0:
+                metrics.add({k: record[k] for k in UPDATE_METRICS}, step=record["update"])
+                last.update({k: record[k] for k in last})
             return
         metrics.add({"test_accuracy": record["test_accuracy"], "test_loss": record["test_loss"],
                      "eval_time_sim": record["time_sim"]}, step=record["update"])
         metrics.flush()
+        if record["test_accuracy"] >= target:
+            raise StopTraining(TARGET_REACHED)
         trial.report(1.0 - record["test_accuracy"], step=int(record["examples_seen"]))
         if trial.should_prune():
             raise StopTraining(f"pruned by Optuna at {record['examples_seen']} examples")
@@ -125,15 +134,15 @@ def run_trial(
         client.set_terminated(run_id, status="FAILED")
         raise
     metrics.flush()
-    value, reached, best = objective(state.history, target=grid.target_accuracy)
-    pruned = state.stopped is not None
+    value, reached, best = objective(state.history, target=target)
+    pruned = state.stopped is not None and state.stopped != TARGET_REACHED
     final = {"objective": value, "reached_target": float(reached), "best_accuracy": best,
              "updates": state.update, "examples_seen_total": state.examples_seen,
              "time_sim_total": state.time_sim, "time_elapsed_total": state.time_elapsed}
     metrics.add(final, step=state.update)
     metrics.flush()
     tracking.set_tags(client, run_id, {"damptune.state": "PRUNED" if pruned else "COMPLETE"})
-    tracking.log_plots(client, run_id, state.history, target=grid.target_accuracy)
+    tracking.log_plots(client, run_id, state.history, target=target)
     client.set_terminated(run_id, status="FINISHED")
     return {"number": number, "state": "PRUNED" if pruned else "COMPLETE", "value": value,
             "reached": reached, "best_accuracy": best, "run_id": run_id, "params": params}

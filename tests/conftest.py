@@ -39,3 +39,60 @@ def blobs():
     y = rng.integers(0, 3, size=600)
     X = (centers[y] + rng.normal(size=(600, 12))).astype("float32")
     return X[:480], y[:480], X[480:], y[480:]
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """A temporary Prefect server for the session's flow tests (started once, ~10 s)."""
+    import os
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="session")
+def external_scheduler(tmp_path_factory):
+    """A Dask scheduler and 2 workers started as separate processes; stopped by PID."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from distributed import Client
+
+    tmp = tmp_path_factory.mktemp("external-dask")
+    log = open(tmp / "scheduler.log", "w+")  # noqa: SIM115 - closed below
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+         "--port", "0", "--no-dashboard"], stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True)]
+    address = None
+    deadline = time.monotonic() + 60
+    while address is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        log.seek(0)
+        match = re.search(r"Scheduler at:\s+(tcp://127\.0\.0\.1:\d+)", log.read())
+        address = match.group(1) if match else None
+    assert address, "the scheduler did not start"
+    for i in range(2):
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+             "--host", "127.0.0.1", "--no-dashboard", "--local-directory", str(tmp / f"w{i}")],
+            stdout=open(tmp / f"worker{i}.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
+            start_new_session=True))
+    with Client(address, timeout="30s") as client:
+        client.wait_for_workers(2, timeout=60)
+    yield address
+    for proc in reversed(procs):
+        os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    log.close()

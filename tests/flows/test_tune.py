@@ -1,0 +1,86 @@
+"""The tune flow on tiny grids, with real Prefect (test harness), Optuna on SQLite, MLflow on
+SQLite and real Dask clusters."""
+
+import os
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from damptune import ConfigError
+from flows.tune import tune
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+
+TINY = dict(networks=[2], algorithms=["geodamp"], models=["mlp"], epochs=2,
+            target_accuracy=0.3, pruner="none")
+
+
+def mlflow_runs(run_dir, grid_name):
+    client = MlflowClient(f"sqlite:///{run_dir}/mlflow.db")
+    exp = client.get_experiment_by_name(f"damptune-{grid_name}")
+    return client, client.search_runs([exp.experiment_id], max_results=1000)
+
+
+def test_tune_tiny_grid_records_study_runs_and_summary(tmp_path):
+    run_dir = str(tmp_path / "g")
+    rows = tune(trials=2, grid_name="tiny", run_dir=run_dir, cluster="local", **TINY)
+    assert len(rows) == 1 and rows[0]["n_complete"] == 2 and rows[0]["best_value"] > 0
+    study = optuna.load_study(study_name="tiny/n2/geodamp/mlp",
+                              storage=f"sqlite:///{run_dir}/optuna.db")
+    assert len(study.trials) == 2
+    assert {"factor", "delay"} == set(study.best_params)
+
+    client, runs = mlflow_runs(run_dir, "tiny")
+    parents = [r for r in runs if r.data.tags.get("damptune.kind") == "cell"]
+    children = [r for r in runs if r.data.tags.get("damptune.kind") == "trial"]
+    assert len(parents) == 1 and len(children) == 2
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    child = children[0]
+    for key in ("algorithm", "network", "model", "dataset", "seed", "mode", "profile",
+                "hp.factor", "hp.delay"):
+        assert key in child.data.params
+    steps = client.get_metric_history(child.info.run_id, "batch_size")
+    assert len(steps) > 10
+    for key in ("loss", "test_accuracy", "lr", "n_workers", "examples_seen", "time_sim",
+                "objective", "best_accuracy"):
+        assert key in child.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(child.info.run_id, "plots")}
+    assert artifacts == {"plots/schedule.png", "plots/accuracy_vs_time.png"}
+    assert parents[0].data.tags["damptune.best_trial"] == str(rows[0]["best_trial"])
+    assert os.path.exists(f"{run_dir}/summary.csv") and os.path.exists(f"{run_dir}/summary.md")
+
+    # a rerun tops the study up to the new total, and never beyond it
+    tune(trials=3, grid_name="tiny", run_dir=run_dir, cluster="local", **TINY)
+    tune(trials=2, grid_name="tiny", run_dir=run_dir, cluster="local", **TINY)
+    assert len(optuna.load_study(study_name="tiny/n2/geodamp/mlp",
+                                 storage=f"sqlite:///{run_dir}/optuna.db").trials) == 3
+    _, runs = mlflow_runs(run_dir, "tiny")
+    assert sum(r.data.tags.get("damptune.kind") == "cell" for r in runs) == 1
+    assert sum(r.data.tags.get("damptune.kind") == "trial" for r in runs) == 3
+
+
+def test_tune_without_deadlock_under_tight_thread_limits(tmp_path, scheduler, monkeypatch):
+    """More cells x trials than threads: cells wait on trials in their own pools."""
+    monkeypatch.setenv("PREFECT_TASK_RUNNER_THREAD_POOL_MAX_WORKERS", "1")
+    rows = tune(networks=[1, 2], algorithms=["geodamp", "padadamp"], models=["mlp"], trials=2,
+                epochs=1, target_accuracy=0.2, pruner="none", grid_name="tight",
+                run_dir=str(tmp_path / "t"), cluster=scheduler, max_concurrent_cells=3,
+                max_concurrent_trials=2)
+    assert len(rows) == 4 and all(r["n_complete"] == 2 for r in rows)
+
+
+def test_tune_on_existing_scheduler_address(tmp_path, external_scheduler):
+    rows = tune(trials=1, grid_name="addr", run_dir=str(tmp_path / "a"),
+                cluster=external_scheduler, mode="decentralized", **TINY)
+    assert rows[0]["n_complete"] == 1
+
+
+def test_tune_refuses_bad_parameters_before_any_work(tmp_path):
+    run_dir = tmp_path / "bad"
+    with pytest.raises(ConfigError, match="algorithms='nope'"):
+        tune(networks=[2], algorithms=["nope"], models=["mlp"], run_dir=str(run_dir))
+    with pytest.raises(ConfigError, match="trials=0"):
+        tune(networks=[2], algorithms=["geodamp"], models=["mlp"], trials=0,
+             run_dir=str(run_dir))
+    assert not run_dir.exists()

@@ -1,0 +1,84 @@
+import threading
+import time
+
+import pytest
+
+from damptune import ClusterError, ConfigError
+from tasks.clusters import WorkerPool
+from tasks.grid import Cell, GridSettings, cells_of
+from tasks.search import distributions
+from tasks.trial import objective
+
+
+def grid(**kw):
+    base = dict(networks=[2, 4], algorithms=["geodamp", "adadamp"], models=["mlp"])
+    settings = GridSettings(**{k: kw.pop(k) for k in list(kw) if k in GridSettings().to_dict()})
+    base.update(kw)
+    return cells_of(settings=settings, **base)
+
+
+def test_cells_are_the_product_of_the_grid():
+    cells = grid()
+    assert [c.key for c in cells] == ["n2/geodamp/mlp", "n2/adadamp/mlp", "n4/geodamp/mlp",
+                                      "n4/adadamp/mlp"]
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"algorithms": ["geodamp", "warpdamp"]}, r"algorithms='warpdamp'.*adadamp"),
+    ({"models": ["resnet"]}, r"models='resnet'.*cnn"),
+    ({"dataset": "imagenet"}, r"dataset='imagenet'.*mnist1d"),
+    ({"networks": [0, 2]}, r"networks=\[0, 2\].*>= 1"),
+    ({"networks": []}, r"networks=\[\]"),
+    ({"trials": 0}, r"trials=0.*positive integer"),
+    ({"target_accuracy": 1.5}, r"target_accuracy=1.5.*\(0, 1\]"),
+    ({"target_accuracy": 0}, r"target_accuracy=0.*\(0, 1\]"),
+    ({"profile": "fast"}, r"profile='fast'"),
+    ({"mode": "local"}, r"mode='local'"),
+    ({"sampler": "random"}, r"sampler='random'"),
+])
+def test_bad_grid_parameters_are_refused(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        grid(**kw)
+
+
+def test_search_space_is_the_dampers_clipped_to_budget_and_cap():
+    settings = GridSettings(epochs=5, per_worker_batch=32)
+    geo = distributions(settings, Cell(2, "geodamp", "mlp"))
+    assert set(geo) == {"factor", "delay"} and geo["delay"].high == 5
+    ada = distributions(settings, Cell(2, "adadamp", "mlp"))
+    assert ada["initial"].high == 64  # the cap of a 2-rank cell
+    assert set(distributions(settings, Cell(2, "sgd", "mlp"))) == {"lr"}
+
+
+def test_objective_is_simulated_time_to_target_or_documented_penalty():
+    history = [{"kind": "update", "time_sim": 1.0},
+               {"kind": "eval", "test_accuracy": 0.5, "time_sim": 1.0},
+               {"kind": "update", "time_sim": 2.0},
+               {"kind": "eval", "test_accuracy": 0.7, "time_sim": 2.0}]
+    assert objective(history, target=0.6) == (2.0, True, 0.7)
+    value, reached, best = objective(history, target=0.8)
+    assert not reached and best == 0.7
+    assert value == pytest.approx(2.0 * (1 + 0.1 / 0.8)) and value > 2.0
+
+
+def test_worker_pool_gang_allocates_all_or_nothing():
+    pool = WorkerPool("tcp://x", ["w0", "w1", "w2", "w3"])
+    order = []
+
+    def second():
+        with pool.acquire(3) as w:
+            order.append(("second", w))
+
+    with pool.acquire(2) as first:
+        assert first == ["w0", "w1"]
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(0.3)
+        assert order == []  # 2 free workers are not enough: it waits, holding none
+        with pool.acquire(2) as third:
+            assert third == ["w2", "w3"]
+    t.join(5)
+    assert order and len(order[0][1]) == 3
+    with pytest.raises(ClusterError, match="needs 5 workers but the cluster has 4"):
+        with pool.acquire(5):
+            pass
