@@ -111,24 +111,26 @@ def tune(
                            artifact_root=f"{settings.run_dir}/mlartifacts")
     settings_dict = settings.to_dict()
     failures = []
-    with open_cluster(cluster, n_workers=max(networks), key=pool_key,
-                      local_directory=os.path.join(settings.run_dir, "dask")):
-        with ThreadPoolTaskRunner(max_workers=max_concurrent_cells) as runner:
-            futures = [
-                (cell, runner.submit(run_cell, {
-                    "settings": settings_dict, "cell_key": cell.key,
-                    "cell": {"network": cell.network, "algorithm": cell.algorithm,
-                             "model": cell.model},
-                    "pool_key": pool_key, "max_concurrent_trials": max_concurrent_trials,
-                }))
-                for cell in cells
-            ]
-            for cell, future in futures:
-                try:
-                    future.result()
-                except Exception as exc:  # noqa: BLE001 - reported after the others finish
-                    failures.append(f"{cell.key}: {exc}")
-                    logger.error("cell %s failed: %s", cell.key, exc)
+    with (
+        open_cluster(cluster, n_workers=max(networks), key=pool_key,
+                     local_directory=os.path.join(settings.run_dir, "dask")),
+        ThreadPoolTaskRunner(max_workers=max_concurrent_cells) as runner,
+    ):
+        futures = [
+            (cell, runner.submit(run_cell, {
+                "settings": settings_dict, "cell_key": cell.key,
+                "cell": {"network": cell.network, "algorithm": cell.algorithm,
+                         "model": cell.model},
+                "pool_key": pool_key, "max_concurrent_trials": max_concurrent_trials,
+            }))
+            for cell in cells
+        ]
+        for cell, future in futures:
+            try:
+                future.result()
+            except Exception as exc:  # noqa: BLE001 - reported after the others finish
+                failures.append(f"{cell.key}: {exc}")
+                logger.error("cell %s failed: %s", cell.key, exc)
 
     keys = {c.key for c in cells}
     rows = [r for r in grid_rows(settings.storage, grid_name=grid_name)

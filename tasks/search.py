@@ -12,7 +12,9 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 from damptune import DAMPERS, Param
 from tasks.grid import Cell, GridSettings
 
-__all__ = ["storage_for", "study_name", "open_study", "distributions", "count_finished", "FINISHED"]
+__all__ = [
+    "storage_for", "study_name", "open_study", "distributions", "count_finished", "FINISHED",
+]
 
 FINISHED = (
     optuna.trial.TrialState.COMPLETE,

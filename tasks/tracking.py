@@ -44,8 +44,8 @@ def with_retries(fn: Callable[[], T], *, what: str, attempts: int = 4, delay: fl
         try:
             return fn()
         except (MlflowException, OSError) as exc:
-            transient = "RESOURCE_DOES_NOT_EXIST" not in str(exc) and "INVALID_PARAMETER" not in str(
-                exc)
+            permanent = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER")
+            transient = not any(code in str(exc) for code in permanent)
             if not transient or attempt == attempts - 1:
                 raise
             time.sleep(delay * 2**attempt)

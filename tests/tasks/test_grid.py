@@ -79,6 +79,8 @@ def test_worker_pool_gang_allocates_all_or_nothing():
             assert third == ["w2", "w3"]
     t.join(5)
     assert order and len(order[0][1]) == 3
-    with pytest.raises(ClusterError, match="needs 5 workers but the cluster has 4"):
-        with pool.acquire(5):
-            pass
+    with (
+        pytest.raises(ClusterError, match="needs 5 workers but the cluster has 4"),
+        pool.acquire(5),
+    ):
+        pass

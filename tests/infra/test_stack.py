@@ -1,0 +1,207 @@
+"""The local stack (infra.stack): real Prefect and MLflow servers on free ports of 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from infra.stack import (
+    REPO_ROOT,
+    SERVICES,
+    StackError,
+    down,
+    free_port,
+    running_stack,
+    status,
+    up,
+)
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.status, response.read()
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def stack_dir(tmp_path_factory):
+    """A run directory and two free ports; whatever runs there is stopped after the module."""
+    run_dir = tmp_path_factory.mktemp("stack")
+    ports = {"prefect_port": free_port(), "mlflow_port": free_port()}
+    yield run_dir, ports
+    down(run_dir)
+
+
+@pytest.fixture
+def stack(stack_dir):
+    """The module's stack, started by the first test that needs it (any order works)."""
+    run_dir, ports = stack_dir
+    return up(run_dir, **ports)
+
+
+@pytest.mark.slow
+def test_stack_up_answers_health_checks(stack):
+    assert _get(f"{stack.prefect_api_url}/health") == (200, b"true")
+    assert _get(f"{stack.mlflow_uri}/health") == (200, b"OK")
+    pools = _get(f"{stack.prefect_api_url}/work_pools/damptune")
+    assert pools[0] == 200 and b'"type":"process"' in pools[1].replace(b" ", b"")
+    for name in SERVICES:
+        assert (stack.run_dir / "pids" / f"{name}.pid").is_file()
+        assert (stack.run_dir / "logs" / f"{name}.log").is_file()
+    assert (stack.run_dir / "prefect.db").is_file()
+    assert (stack.run_dir / "mlflow.db").is_file()
+
+
+@pytest.mark.slow
+def test_stack_status_reports_each_service_alive_and_healthy(stack):
+    rows = status(stack.run_dir)
+    assert [row.name for row in rows] == list(SERVICES)
+    assert all(row.alive and row.healthy for row in rows), rows
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.stack", "status", "--run-dir", str(stack.run_dir)],
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("healthy") == 3
+
+
+@pytest.mark.slow
+def test_stack_env_file_exports_client_settings(stack):
+    lines = (stack.run_dir / "stack.env").read_text().splitlines()
+    assert f"export PREFECT_API_URL={stack.prefect_api_url}" in lines
+    assert f"export MLFLOW_TRACKING_URI={stack.mlflow_uri}" in lines
+    assert "export PREFECT_SERVER_ANALYTICS_ENABLED=false" in lines
+    assert "export MLFLOW_DISABLE_TELEMETRY=true" in lines
+
+
+@pytest.mark.slow
+def test_stack_up_twice_reuses_running_services(stack):
+    pids = {row.name: row.pid for row in status(stack.run_dir)}
+    again = up(stack.run_dir, prefect_port=stack.prefect_port, mlflow_port=stack.mlflow_port)
+    assert again.started == ()
+    assert set(again.reused) == set(SERVICES)
+    assert {row.name: row.pid for row in status(stack.run_dir)} == pids
+
+
+@pytest.mark.slow
+def test_stack_up_on_other_ports_of_a_running_stack_is_refused(stack):
+    with pytest.raises(StackError, match="stop it first"):
+        up(stack.run_dir, prefect_port=free_port(), mlflow_port=stack.mlflow_port)
+
+
+def _post(url: str, payload: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read() or b"{}")
+
+
+@pytest.mark.slow
+def test_stack_down_marks_in_flight_runs_of_the_worker_crashed(stack):
+    api = stack.prefect_api_url
+    flow = _post(f"{api}/flows/", {"name": "stack-test"})
+    deployment = _post(f"{api}/deployments/", {
+        "name": "orphan", "flow_id": flow["id"], "work_pool_name": "damptune",
+        "entrypoint": "nowhere.py:nothing"})
+    run = _post(f"{api}/deployments/{deployment['id']}/create_flow_run",
+                {"state": {"type": "RUNNING", "name": "Running"}})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    patch = json.dumps({"infrastructure_pid": str(dead.pid)}).encode()  # its process is gone
+    request = urllib.request.Request(f"{api}/flow_runs/{run['id']}", method="PATCH", data=patch,
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=10).close()
+
+    assert down(stack.run_dir, services=("prefect-worker",)) == ["prefect-worker"]
+
+    state = json.loads(_get(f"{api}/flow_runs/{run['id']}")[1])["state"]
+    assert state["type"] == "CRASHED" and "infra.stack down" in state["message"]
+
+
+@pytest.mark.slow
+def test_stack_down_stops_every_process_and_frees_ports(stack):
+    family = []
+    for row in status(stack.run_dir):
+        proc = psutil.Process(row.pid)
+        family += [proc, *proc.children(recursive=True)]
+    assert len(family) >= 3
+
+    stopped = down(stack.run_dir)
+
+    assert stopped == list(SERVICES)  # worker first, then the Prefect server, then MLflow
+    assert [p.pid for p in family if p.is_running() and p.status() != "zombie"] == []
+    assert _port_free(stack.prefect_port) and _port_free(stack.mlflow_port)
+    assert list((stack.run_dir / "pids").iterdir()) == []
+    assert not (stack.run_dir / "stack.env").exists()
+    assert all(not row.alive for row in status(stack.run_dir))
+
+
+def test_stack_up_names_the_port_taken_by_another_listener(tmp_path):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        taken = listener.getsockname()[1]
+        with pytest.raises(StackError, match=rf"port {taken} .*Prefect server.*--prefect-port"):
+            up(tmp_path, prefect_port=taken, mlflow_port=free_port())
+        with pytest.raises(StackError, match=rf"port {taken} .*MLflow server.*--mlflow-port"):
+            up(tmp_path, prefect_port=free_port(), mlflow_port=taken)
+    assert list((tmp_path / "pids").glob("*.pid")) == []  # nothing was started
+
+
+def test_stack_down_without_a_stack_stops_nothing(tmp_path):
+    assert down(tmp_path) == []
+
+
+def test_stack_status_flags_a_stale_pid_file(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "pids").mkdir()
+    (tmp_path / "pids" / "mlflow.pid").write_text(f"{dead.pid}\n")
+    row = {row.name: row for row in status(tmp_path)}["mlflow"]
+    assert (row.pid, row.alive, row.healthy, row.detail) == (dead.pid, False, False,
+                                                             "stale PID file")
+
+
+def test_stack_running_stack_stops_only_what_it_started(tmp_path, monkeypatch):
+    import infra.stack as stack_module
+
+    calls = {}
+    started = stack_module.Stack(Path(tmp_path), 1, 2, started=("mlflow",),
+                                 reused=("prefect-worker", "prefect-server"))
+    monkeypatch.setattr(stack_module, "up", lambda *a, **k: started)
+    monkeypatch.setattr(stack_module, "down",
+                        lambda run_dir, services: calls.setdefault("down", services))
+    with pytest.raises(RuntimeError), running_stack(tmp_path, prefect_port=1, mlflow_port=2):
+        raise RuntimeError("the body failed")
+    assert calls["down"] == ("mlflow",)
+
+
+def test_stack_env_command_prints_export_lines(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.stack", "env", "--run-dir", str(tmp_path),
+         "--prefect-port", "4999", "--mlflow-port", "5999"],
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "export PREFECT_API_URL=http://127.0.0.1:4999/api",
+        "export MLFLOW_TRACKING_URI=http://127.0.0.1:5999",
+        "export PREFECT_SERVER_ANALYTICS_ENABLED=false",
+        "export MLFLOW_DISABLE_TELEMETRY=true",
+    ]

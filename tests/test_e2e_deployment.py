@@ -1,0 +1,125 @@
+"""End to end: the local stack, `prefect deploy --all`, `prefect deployment run tune/smoke`.
+
+A real Prefect server, process worker and MLflow server on free ports; the flow run's trials
+land in the Optuna storage of its run directory and in the MLflow server (parent run per cell,
+child run per trial); a headless Chromium screenshot of the experiment's page in the MLflow UI
+is kept in ``runs/screenshots/mlflow-ui.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import optuna
+import pytest
+
+from infra.main import wait_for_flow_run
+from infra.stack import REPO_ROOT, free_port, running_stack
+
+CHROMIUM = Path("/usr/bin/chromium")
+NETWORK, ALGORITHM, MODEL = 2, "geodamp", "mlp"
+
+
+def _api(url: str, payload: dict | None = None) -> dict:
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    env = {**env, "PWD": str(REPO_ROOT)}  # prefect.yaml's pull step uses {{ $PWD }}
+    result = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", *args], env=env,
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"prefect {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def _flow_run_logs(api_url: str, flow_run_id: str) -> str:
+    logs = _api(f"{api_url}/logs/filter", {"logs": {"flow_run_id": {"any_": [flow_run_id]}},
+                                           "sort": "TIMESTAMP_ASC", "limit": 200})
+    return "\n".join(f"{log['level']:>3} {log['message']}" for log in logs)
+
+
+def _screenshot(url: str, out: Path, profile_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={profile_dir}", "--window-size=1400,900",
+         "--virtual-time-budget=15000", f"--screenshot={out}", url],
+        capture_output=True, text=True, timeout=180,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path):
+    if not (REPO_ROOT / "prefect.yaml").is_file():
+        pytest.fail("prefect.yaml is missing at the repository root")
+    run_dir = tmp_path / "smoke"
+    with running_stack(tmp_path / "stack", prefect_port=free_port(),
+                       mlflow_port=free_port()) as stack:
+        env = {**os.environ, **stack.env}
+        _cli(env, "deploy", "--all")
+        params = {"networks": [NETWORK], "algorithms": [ALGORITHM], "models": [MODEL],
+                  "trials": 2, "epochs": 2, "run_dir": str(run_dir)}
+        run_args = []
+        for key, value in params.items():
+            run_args += ["--param", f"{key}={json.dumps(value)}"]
+        created = _cli(env, "deployment", "run", "tune/smoke", *run_args)
+        flow_run_id = next(line.split()[-1] for line in created.stdout.splitlines()
+                           if "UUID" in line)
+
+        flow_run = wait_for_flow_run(stack.prefect_api_url, flow_run_id, timeout_s=600)
+        state = flow_run["state"]
+        assert state["type"] == "COMPLETED", (
+            f"flow run ended {state['name']}: {state.get('message')}\n"
+            f"{_flow_run_logs(stack.prefect_api_url, flow_run_id)}")
+        grid_name = flow_run["parameters"].get("grid_name", "smoke")
+
+        # Optuna: the cell's study in the default storage of the run directory
+        study = optuna.load_study(study_name=f"{grid_name}/n{NETWORK}/{ALGORITHM}/{MODEL}",
+                                  storage=f"sqlite:///{run_dir}/optuna.db")
+        finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE,
+                                                           optuna.trial.TrialState.PRUNED)]
+        assert len(study.trials) == 2 and len(finished) == 2, study.trials
+
+        # MLflow (the server the worker's flow runs log to): a parent run, two children
+        name = urllib.parse.quote(f"damptune-{grid_name}")
+        experiment = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/experiments/get-by-name"
+                          f"?experiment_name={name}")["experiment"]
+        runs = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/runs/search",
+                    {"experiment_ids": [experiment["experiment_id"]],
+                     "max_results": 100}).get("runs", [])
+        tags = {r["info"]["run_id"]: {t["key"]: t["value"] for t in r["data"].get("tags", [])}
+                for r in runs}
+        parents = [rid for rid, t in tags.items()
+                   if "damptune.cell" in t and "mlflow.parentRunId" not in t]
+        assert len(parents) == 1, tags
+        assert f"n{NETWORK}/{ALGORITHM}/{MODEL}" in tags[parents[0]]["damptune.cell"]
+        children = [rid for rid, t in tags.items() if t.get("mlflow.parentRunId") == parents[0]]
+        assert len(children) == 2, tags
+
+        # the MLflow UI page of the experiment, as a user sees it
+        if not CHROMIUM.exists():
+            pytest.skip(f"{CHROMIUM} is absent (apt-get install chromium): no UI screenshot; "
+                        "the Optuna and MLflow checks above passed")
+        png = tmp_path / "mlflow-ui.png"
+        profile = tmp_path / "chromium-profile"
+        profile.mkdir()
+        # the experiment's runs table (MLflow 3 opens an experiment on its GenAI overview)
+        page = f"{stack.mlflow_uri}/#/experiments/{experiment['experiment_id']}/runs"
+        shot = _screenshot(page, png, profile)
+    assert png.is_file(), f"chromium exited {shot.returncode}:\n{shot.stderr[-3000:]}"
+    assert png.stat().st_size > 10_000, png.stat().st_size
+    kept = REPO_ROOT / "runs" / "screenshots" / "mlflow-ui.png"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(png, kept)
