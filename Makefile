@@ -5,10 +5,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-fast lint bench accuracy clean
+.PHONY: help setup run smoke stack-up stack-down stack-status deploy test test-fast lint bench \
+	accuracy clean
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,10 +21,23 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## create .venv and install damptune with its pinned dependencies
 
-run: $(STAMP) ## the main job: train a CNN on MNIST-1D with GeoDamp on a local Dask cluster
-	$(BIN)/damptune train --model cnn --dataset mnist1d --damper geodamp --initial 32 \
-		--param factor=2 --param delay=8 --lr 0.05 --epochs 40 --workers 4 \
-		--per-worker-batch 64 --mode decentralized
+run: $(STAMP) ## the main job: stack up, deploy, run tune/grid, wait, print summary and UIs
+	$(BIN)/python -m infra.main --grid grid
+
+smoke: $(STAMP) ## the main job on the small grid (tune/smoke): a few minutes
+	$(BIN)/python -m infra.main --grid smoke
+
+stack-up: $(STAMP) ## start Prefect server + worker and MLflow server on 127.0.0.1 (runs/stack)
+	$(BIN)/python -m infra.stack up
+
+stack-down: ## stop the local stack (worker, Prefect server, MLflow) by PID
+	$(BIN)/python -m infra.stack down
+
+stack-status: ## PID and health of each service of the local stack
+	$(BIN)/python -m infra.stack status
+
+deploy: stack-up ## register the deployments of prefect.yaml with the local Prefect server
+	. runs/stack/stack.env && PWD=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all
 
 test: $(STAMP) ## run the whole test suite (what CI runs)
 	$(BIN)/python -m pytest
@@ -32,7 +46,7 @@ test-fast: $(STAMP) ## the tests without those marked slow
 	$(BIN)/python -m pytest -m "not slow"
 
 lint: $(STAMP) ## ruff on everything, mypy on the engine
-	$(BIN)/ruff check damptune models tasks flows tests bench
+	$(BIN)/ruff check damptune models tasks flows tests bench infra
 	$(BIN)/mypy
 
 bench: $(STAMP) ## step-time benchmark: both modes against plain PyTorch DDP

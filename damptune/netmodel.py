@@ -25,7 +25,12 @@ with ``M = n_params × bytes_per_param`` bytes of gradients (or weights), link b
 ``comm(1) = 0`` for all-reduce (nothing to exchange); the parameter server still ships
 weights and gradients to its one rank. Assumptions: full-duplex links of equal bandwidth, no
 overlap of communication with computation, no contention besides what the formulas state,
-``bytes_per_param`` = 4 (float32). Named profiles are those of the AdaDamp paper.
+``bytes_per_param`` = 4 (float32), and the ranks enter the all-reduce together (a rank's
+measured ``time_comm`` also holds its wait for the slowest rank, which is machine noise, not a
+network parameter). ``bandwidth_gbps`` is goodput: TCP/IP headers take ~4–6 % of a link's
+nominal rate (1448 payload bytes per 1514-byte frame). Named profiles are those of the
+AdaDamp paper. Checked against gloo on shaped veth links (``bench/network_model.py``): gloo's
+all-reduce is the ring for every P, within 1–7 % of the formula.
 
 Example:
     >>> cost = CostModel(network=get_profile("decentralized-moderate"), n_params=2_750_000,

@@ -8,39 +8,51 @@ on exit (also on error)::
         ├─ {prefix}-p1 ══ veth ══ {prefix}-h1  (in namespace {prefix}-h1)  10.77.0.3
         └─ ...                                                           10.77.0.(i+2)
 
-**What is shaped.** Linux shapes what a device *sends* (egress qdisc), so each host's link is
-shaped at both of its ends, with ``tc qdisc ... netem``:
+**What is shaped.** Linux shapes what a device *sends* (its egress qdisc), so each host's link
+is shaped at both of its ends:
 
 * host i's *uplink* (what host i sends): egress of ``{prefix}-h{i}`` inside the namespace,
-  ``netem rate R limit L`` — rate only, no delay;
+  ``tbf rate R`` — rate only, no delay;
 * host i's *downlink* (what host i receives): egress of the bridge port ``{prefix}-p{i}`` in
-  the root namespace, ``netem rate R delay D limit L``.
+  the root namespace, ``tbf rate R`` with, if ``D > 0``, a ``netem delay D`` child qdisc.
 
 Every host therefore has a full-duplex link of ``R`` Mbit/s **in each direction**, and a packet
-from host a to host b crosses a's uplink and b's downlink: its path is limited to ``R`` (the
-second limiter of equal rate only adds one packet's serialization time) and it is delayed by
-``D`` **once**. The parameters of :class:`damptune.netmodel.Network` are therefore
+from host a to host b crosses a's uplink and b's downlink: it is limited to ``R`` (the second
+limiter of equal rate adds nothing once the first one paces the flow) and delayed by ``D``
+**once**. The parameters of :class:`damptune.netmodel.Network` are therefore
 
 * bandwidth ``β = R`` per direction (``bandwidth_gbps = R / 1000``), and
-* one-way host-to-host latency ``α = D`` (``latency_us = 1000 D``); ``ping`` between two hosts
+* one-way host-to-host latency ``α = D`` (``latency_us = 1000 D``); a ping between two hosts
   shows a round trip of ``2 D``.
 
-Traffic between the root namespace (bridge address, e.g. a Dask scheduler) and host i gets
+Traffic between the root namespace (the bridge address, e.g. a Dask scheduler) and host i gets
 ``R`` both ways, ``D`` towards the host and no delay from it.
 
-Notes on the choice:
+What the emulation adds that a model with only ``α`` and ``β`` does not have (measured with a
+bare gloo all-reduce between two namespaces, P=2, 2-core VM):
 
-* The delay sits on the *receiver's* side (the bridge port), not on the sender's own egress:
-  packets held by a qdisc of the sending namespace still count against TCP Small Queues (the
-  socket's bytes not yet handed to the device, ``tcp_limit_output_bytes`` and ~1 ms of pacing
-  rate), so a delay there throttles a TCP sender below ``R``. On the bridge port the veth has
-  already orphaned the packet.
-* ``netem rate`` charges each packet its length at the qdisc: the Ethernet frame without
-  preamble and FCS (14 + 20 + 20 + 12 bytes of Ethernet, IPv4, TCP and TCP-timestamp headers per
-  1448-byte segment at MTU 1500; a GSO packet is charged the headers of all its segments). The
-  payload rate is therefore ``R · 1448 / 1514 ≈ 0.956 R``.
-* ``limit`` (packets queued per qdisc) is large, so that queues never drop: a drop costs a TCP
-  retransmission timeout and would dominate a measurement.
+* Headers. tbf charges each packet its length at the qdisc: the Ethernet frame without
+  preamble and FCS, i.e. 66 bytes of Ethernet, IPv4, TCP and TCP-timestamp headers per 1448-byte
+  segment at MTU 1500 (a GSO packet is charged the headers of each of its segments). The
+  payload rate is ``R · 1448/1514 ≈ 0.956 R``. A real Ethernet NIC also sends preamble, gap and
+  FCS: ``R · 1448/1538 ≈ 0.941 R``. (5.75 MB at 200 Mbit/s: 239 ms measured, 230 ms for
+  ``M/β``, 240.5 ms with the header factor, 237.7 ms with the bucket below as well.)
+* The bucket. tbf's bucket is ``BURST_BYTES`` = 70 kB, one full GSO packet: the first ~70 kB
+  after an idle period pass at once, so a transfer that follows a pause of at least
+  ``70 kB / R`` saves that much time. The bucket cannot be much smaller: tbf then cuts every
+  GSO packet into frames and needs one timer per frame, and on a busy 2-core VM late timers
+  cost throughput (a 0.1 ms bucket gave 275 instead of 400 Mbit/s).
+* The host. Without shaping, the same all-reduce of 1.15 MB takes ~1.5 ms here; keep
+  ``M / R`` well above that (``R`` ≤ ~400 Mbit/s on such a machine).
+* Delay and TCP Small Queues (not checked on the development VM, whose kernel has no netem):
+  over veth the sending socket keeps ownership of a packet until the receiver's IP layer, so
+  TSQ counts packets held by netem against its limit (about two GSO packets or 1 ms of pacing
+  rate). Delays above ~1 ms may hold a TCP flow below ``R``.
+
+Queues are long (``limit``) so that they never drop: a drop costs a TCP retransmission
+timeout, which would dominate a measurement. The namespaces keep their default congestion
+control (BBR on the development VM; ``congestion_control="cubic"`` sets another one per route,
+as the sysctl is not writable inside a namespace there); both gave the same times.
 
 Names are derived from ``prefix`` (at most 8 characters), and everything this module would
 create under that prefix is removed first, so a leftover from a crashed run does not get in
@@ -49,12 +61,14 @@ callers). Only addresses in 10.77.0.0/24, on devices created here, are used.
 
 :func:`dask_on_network` starts a Dask scheduler on the bridge address (root namespace) and one
 single-threaded Dask worker per namespace, with ``GLOO_SOCKET_IFNAME`` set to the namespace's
-veth so that torch.distributed's gloo traffic goes over the shaped link.
+veth so that torch.distributed's gloo traffic goes over the shaped link (the hostname
+resolves to 127.0.0.1 or to an address outside the namespace, which gloo would use otherwise).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -76,6 +90,7 @@ __all__ = [
     "can_make_namespaces",
     "netem_available",
     "shaped_network",
+    "reshape",
     "dask_on_network",
 ]
 
@@ -84,8 +99,7 @@ BRIDGE_ADDRESS = f"{SUBNET}.1"
 MAX_HOSTS = 200
 QUEUE_BYTES = 64 << 20  # tbf queue: never drop
 QUEUE_PACKETS = 100_000  # netem queue: never drop
-BURST_SECONDS = 100e-6  # tbf bucket: 0.1 ms at the rate ...
-BURST_MIN_BYTES = 2 * 1514  # ... and at least two full frames
+BURST_BYTES = 70_000  # tbf bucket: one full GSO packet (64 KiB + 45 sets of headers)
 LOCK_FILE = Path(tempfile.gettempdir()) / "damptune-netns-10.77.0.lock"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,7}$")
@@ -218,9 +232,9 @@ def _subnet_lock(timeout: float) -> Iterator[None]:
 
 def _shape(in_ns: list[str], dev: str, rate_mbit: float, delay_ms: float) -> None:
     """Egress of ``dev``: tbf at ``rate_mbit``, and a netem ``delay_ms`` inside it if > 0."""
-    burst = max(BURST_MIN_BYTES, int(rate_mbit * 1e6 / 8 * BURST_SECONDS))
-    _run([*in_ns, "tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "tbf", "rate",
-          f"{rate_mbit:g}mbit", "burst", str(burst), "limit", str(QUEUE_BYTES)])
+    _run([*in_ns, "tc", "qdisc", "del", "dev", dev, "root"], check=False)  # and any child
+    _run([*in_ns, "tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "tbf", "rate",
+          f"{rate_mbit:g}mbit", "burst", str(BURST_BYTES), "limit", str(QUEUE_BYTES)])
     if delay_ms > 0:
         _run([*in_ns, "tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:",
               "netem", "delay", f"{delay_ms:g}ms", "limit", str(QUEUE_PACKETS)])
@@ -247,7 +261,7 @@ def can_make_namespaces() -> tuple[bool, str]:
     """Whether :func:`shaped_network` can work here: (True, "") or (False, why not).
 
     Needs root, ``ip`` and ``tc``, and tries what it needs: a namespace, a veth pair into it
-    and a netem qdisc (then deletes them).
+    and a tbf qdisc (then deletes them). Delays need netem as well: :func:`netem_available`.
     """
     if sys.platform != "linux":
         return False, f"network namespaces need Linux (this is {sys.platform})"
@@ -286,7 +300,10 @@ def shaped_network(
     """``n_hosts`` namespaces on a bridge, every host link shaped (see the module docstring).
 
     Yields a :class:`ShapedNetwork`; removes namespaces, veths and bridge on exit (processes
-    still inside a namespace are ended by PID first). Raises RuntimeError if it cannot be built.
+    still inside a namespace are ended by PID first). Raises RuntimeError if it cannot be built
+    (``delay_ms > 0`` without netem, 10.77.0.0/24 used by a device not made here, ...).
+    ``congestion_control`` (e.g. ``"cubic"``) sets the TCP congestion control of the hosts'
+    routes; None keeps the kernel's default.
     """
     if not _PREFIX.match(prefix):
         raise ValueError(f"prefix {prefix!r}: 1-8 characters [a-z0-9], starting with a letter")
@@ -339,6 +356,23 @@ def shaped_network(
                 print("infra.netns: cleanup incomplete: " + "; ".join(errors), file=sys.stderr)
 
 
+def reshape(net: ShapedNetwork, *, rate_mbit: float, delay_ms: float) -> ShapedNetwork:
+    """Change the rate and delay of every link of ``net`` in place; return the new description.
+
+    Processes, addresses and open connections stay; only the qdiscs are replaced.
+    """
+    if not (rate_mbit > 0 and delay_ms >= 0):
+        raise ValueError(f"rate_mbit={rate_mbit}, delay_ms={delay_ms}: need rate > 0, delay >= 0")
+    if delay_ms > 0:
+        ok, why = netem_available()
+        if not ok:
+            raise RuntimeError(f"delay_ms={delay_ms:g} needs netem: {why}")
+    for host in net.hosts:
+        _shape([], host.port, rate_mbit, delay_ms)
+        _shape(["ip", "netns", "exec", host.namespace], host.ifname, rate_mbit, 0.0)
+    return dataclasses.replace(net, rate_mbit=rate_mbit, delay_ms=delay_ms)
+
+
 def _end_processes_in(namespace: str, grace: float = 5.0) -> None:
     """End, by PID, the processes left in a namespace that :func:`shaped_network` created."""
     pids = [int(p) for p in _run(["ip", "netns", "pids", namespace], check=False).split()]
@@ -367,15 +401,19 @@ def _alive(pid: int) -> bool:
 
 
 # -- Dask on the network -----------------------------------------------------------------------
-def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(grace)
+def _stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
+    """SIGTERM to all of ``procs`` at once, SIGKILL to those still alive after ``grace``."""
+    running = [p for p in procs if p.poll() is None]
+    for proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in running:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(grace)
 
 
 def _tail(path: Path, n: int = 15) -> str:
@@ -412,6 +450,9 @@ def dask_on_network(
     scheduler_file.unlink(missing_ok=True)
     base_env = dict(os.environ)
     base_env.update(env or {})
+    # gloo builds with a shared-memory all-reduce take it when LOCAL_WORLD_SIZE == group size,
+    # which would bypass the links
+    base_env.pop("LOCAL_WORLD_SIZE", None)
     base_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO_ROOT), base_env.get("PYTHONPATH", "")) if p
     )
@@ -474,7 +515,7 @@ def dask_on_network(
             raise failure(f"workers at {sorted(seen)}, expected {sorted(expected)}")
         yield address
     finally:
-        for proc in reversed(procs):  # workers first, then the scheduler
-            _stop(proc)
+        _stop(procs[1:])  # the workers, then the scheduler
+        _stop(procs[:1])
         if own_dir is not None:
             shutil.rmtree(own_dir, ignore_errors=True)

@@ -1,0 +1,694 @@
+"""The local stack: a Prefect server, a process work pool and worker, and an MLflow server.
+
+Everything binds to 127.0.0.1 and lives under one *run directory* (default ``runs/stack``)::
+
+    RUN/
+      prefect/            PREFECT_HOME of the server and the worker (its results storage)
+      prefect.db          the Prefect server's SQLite database
+      mlflow.db           the MLflow tracking store (SQLite)
+      mlartifacts/        MLflow artifacts, served by the MLflow server (``mlflow-artifacts:/``)
+      pids/<name>.pid     the PID of each service (the leader of its own session)
+      logs/<name>.log     each service's stdout and stderr
+      stack.json          ports and process identities (PID + start time) of what is running
+      stack.env           ``export`` lines for a shell: ``source runs/stack/stack.env``
+
+Services, in start order: ``mlflow`` and ``prefect-server`` (started together, each waited for
+on its health endpoint), the work pool ``damptune`` (type ``process``, created once), then
+``prefect-worker`` (healthy when the server lists it ONLINE in the pool). The worker carries
+``PREFECT_API_URL`` and ``MLFLOW_TRACKING_URI``, so the flow runs it launches report to this
+server and log to this MLflow. ``down`` stops the worker first, then the Prefect server, then
+MLflow: SIGTERM to the process group and every descendant, SIGKILL after a timeout. Flow runs
+in flight when the worker stops are marked Crashed, so that they do not hold their deployment's
+concurrency slot; ``up`` does the same for runs whose process died with an earlier worker.
+
+Command line (from the repository root)::
+
+    python -m infra.stack up [--run-dir runs/stack] [--prefect-port 4200] [--mlflow-port 5000]
+    python -m infra.stack status | env | down [--run-dir runs/stack]
+
+From Python (what the tests use)::
+
+    with running_stack("runs/tmp", prefect_port=4201, mlflow_port=5001) as stack:
+        subprocess.run(["prefect", "deploy", "--all"], env={**os.environ, **stack.env})
+
+``up`` reuses the services of the run directory that are alive and healthy, and starts the
+others; :func:`running_stack` stops, on exit, exactly what it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+__all__ = [
+    "DEFAULT_MLFLOW_PORT",
+    "DEFAULT_PREFECT_PORT",
+    "DEFAULT_RUN_DIR",
+    "HOST",
+    "POOL",
+    "SERVICES",
+    "ServiceStatus",
+    "Stack",
+    "StackError",
+    "down",
+    "free_port",
+    "running_stack",
+    "status",
+    "up",
+]
+
+HOST = "127.0.0.1"
+DEFAULT_RUN_DIR = Path("runs/stack")
+DEFAULT_PREFECT_PORT = 4200
+DEFAULT_MLFLOW_PORT = 5000
+POOL = "damptune"
+WORKER_NAME = "damptune-local"
+# stop order: the worker before the server it talks to, MLflow last
+SERVICES = ("prefect-worker", "prefect-server", "mlflow")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class StackError(RuntimeError):
+    """A service of the local stack could not be started, reached or stopped."""
+
+
+# ---------------------------------------------------------------------------------------------
+# paths, URLs and environments
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A running local stack: where it lives, its addresses, and what this call started."""
+
+    run_dir: Path
+    prefect_port: int
+    mlflow_port: int
+    started: tuple[str, ...] = ()
+    reused: tuple[str, ...] = ()
+
+    @property
+    def prefect_ui_url(self) -> str:
+        return f"http://{HOST}:{self.prefect_port}"
+
+    @property
+    def prefect_api_url(self) -> str:
+        return f"{self.prefect_ui_url}/api"
+
+    @property
+    def mlflow_uri(self) -> str:
+        return f"http://{HOST}:{self.mlflow_port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a client process needs to use this stack (also written to ``stack.env``)."""
+        return {
+            "PREFECT_API_URL": self.prefect_api_url,
+            "MLFLOW_TRACKING_URI": self.mlflow_uri,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+        }
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """One service as ``status`` sees it."""
+
+    name: str
+    pid: int | None
+    alive: bool
+    healthy: bool
+    url: str
+    detail: str = ""
+
+
+@dataclass
+class _Paths:
+    run_dir: Path
+    pids: Path = field(init=False)
+    logs: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir).resolve()
+        self.pids = self.run_dir / "pids"
+        self.logs = self.run_dir / "logs"
+
+    @property
+    def state(self) -> Path:
+        return self.run_dir / "stack.json"
+
+    @property
+    def env_file(self) -> Path:
+        return self.run_dir / "stack.env"
+
+    def pid_file(self, name: str) -> Path:
+        return self.pids / f"{name}.pid"
+
+    def log_file(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+
+def _read_state(paths: _Paths) -> dict:
+    try:
+        return json.loads(paths.state.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _write_state(paths: _Paths, state: dict) -> None:
+    tmp = paths.state.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    os.replace(tmp, paths.state)
+
+
+def _write_env_file(paths: _Paths, stack: Stack) -> None:
+    lines = [f"export {key}={value}" for key, value in stack.env.items()]
+    paths.env_file.write_text("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# processes
+
+
+def _base_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # a client setting inherited from the caller's shell must not point a service elsewhere
+    for key in ("PREFECT_API_URL", "PREFECT_API_KEY", "MLFLOW_TRACKING_URI", "PREFECT_PROFILE"):
+        env.pop(key, None)
+    env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    env["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _spawn(paths: _Paths, name: str, cmd: list[str], *, env: Mapping[str, str],
+           cwd: Path) -> psutil.Process:
+    """Start ``cmd`` as the leader of a new session; record its PID; log to ``logs/name.log``."""
+    paths.pids.mkdir(parents=True, exist_ok=True)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    log = paths.log_file(name).open("ab")
+    log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
+    log.flush()
+    try:
+        proc = subprocess.Popen(
+            cmd, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    finally:
+        log.close()
+    paths.pid_file(name).write_text(f"{proc.pid}\n")
+    try:
+        return psutil.Process(proc.pid)
+    except psutil.NoSuchProcess as exc:  # exited at once: the log says why
+        raise StackError(f"{name} exited at once; see {paths.log_file(name)}:\n"
+                         f"{_log_tail(paths, name)}") from exc
+
+
+def _recorded_process(paths: _Paths, name: str, state: dict) -> psutil.Process | None:
+    """The live process recorded for ``name``, if it is still the one this stack started."""
+    try:
+        pid = int(paths.pid_file(name).read_text().strip())
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        recorded = state.get("services", {}).get(name, {})
+        if recorded.get("pid") == pid and "create_time" in recorded:
+            same = abs(proc.create_time() - recorded["create_time"]) < 0.05
+        else:  # no identity recorded: accept our own kind of process only
+            same = name.split("-")[0] in " ".join(proc.cmdline())
+        return proc if same else None
+    except (FileNotFoundError, ValueError, psutil.Error):
+        return None
+
+
+def _stop_process(proc: psutil.Process, *, timeout_s: float) -> None:
+    """SIGTERM the process's group and all its descendants; SIGKILL what is left after a wait."""
+    try:
+        family = [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    # one SIGTERM each: Prefect's CLI turns a second SIGTERM into an immediate SIGKILL
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)  # the leader of its own session: pgid == pid
+    for p in family[1:]:  # descendants that left the group (flow runs in their own session)
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+            if os.getpgid(p.pid) != proc.pid:
+                p.terminate()
+    _, alive = psutil.wait_procs(family, timeout=timeout_s)
+    if alive:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        for p in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        _, alive = psutil.wait_procs(alive, timeout=5)
+    if alive:
+        raise StackError(f"processes {[p.pid for p in alive]} survived SIGKILL")
+
+
+def _log_tail(paths: _Paths, name: str, n_lines: int = 25) -> str:
+    try:
+        lines = paths.log_file(name).read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join("    " + line for line in lines[-n_lines:])
+
+
+# ---------------------------------------------------------------------------------------------
+# health
+
+
+def _http(url: str, *, data: bytes | None = None, timeout_s: float = 3.0) -> tuple[int, bytes]:
+    """GET (or POST JSON ``data``) ``url``; (status, body), status 0 when nothing answers."""
+    headers = {"Content-Type": "application/json"} if data is not None else {}
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+def _prefect_healthy(port: int) -> bool:
+    code, body = _http(f"http://{HOST}:{port}/api/health")
+    return code == 200 and body.strip() == b"true"
+
+
+def _mlflow_healthy(port: int) -> bool:
+    code, body = _http(f"http://{HOST}:{port}/health")
+    return code == 200 and body.strip() == b"OK"
+
+
+def _worker_online(prefect_port: int, worker_name: str, *, since: float) -> bool:
+    """Whether the server lists the worker ONLINE with a heartbeat sent after ``since``.
+
+    ``since`` (the worker process's start time) tells its heartbeat from a previous worker's
+    of the same name, which the database keeps.
+    """
+    code, body = _http(f"http://{HOST}:{prefect_port}/api/work_pools/{POOL}/workers/filter",
+                       data=b"{}")
+    if code != 200:
+        return False
+    for worker in json.loads(body):
+        if worker.get("name") != worker_name or worker.get("status") != "ONLINE":
+            continue
+        beat = worker.get("last_heartbeat_time")
+        if beat and datetime.fromisoformat(beat.replace("Z", "+00:00")).timestamp() >= since:
+            return True
+    return False
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return True
+    return False
+
+
+def _wait_healthy(paths: _Paths, name: str, proc: psutil.Process, check, *, url: str,
+                  timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+            raise StackError(f"{name} exited before {url} answered healthy; "
+                             f"its log {paths.log_file(name)} ends with:\n"
+                             f"{_log_tail(paths, name)}")
+        time.sleep(0.5)
+    raise StackError(f"{name} (pid {proc.pid}) did not answer healthy at {url} within "
+                     f"{timeout_s:.0f} s; its log {paths.log_file(name)} ends with:\n"
+                     f"{_log_tail(paths, name)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# up / down / status
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for tests and a second stack)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def _check_port_free(port: int, name: str, option: str) -> None:
+    if _port_in_use(port):
+        raise StackError(
+            f"port {port} on {HOST} is already in use by another process, so the {name} cannot "
+            f"listen there. Stop that process (`ss -ltnp 'sport = :{port}'` shows it) or choose "
+            f"another port with {option}."
+        )
+
+
+def _ensure_pool(stack: Stack, paths: _Paths) -> None:
+    code, _ = _http(f"{stack.prefect_api_url}/work_pools/{POOL}")
+    if code == 200:
+        return
+    env = {**_base_env(), **stack.env, "PREFECT_HOME": str(paths.run_dir / "prefect")}
+    result = subprocess.run(
+        [sys.executable, "-m", "prefect", "--no-prompt", "work-pool", "create", POOL,
+         "--type", "process"],
+        env=env, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=120,
+    )
+    code, _ = _http(f"{stack.prefect_api_url}/work_pools/{POOL}")
+    if code != 200:
+        raise StackError(f"could not create the work pool {POOL!r} (exit {result.returncode}):"
+                         f"\n{result.stdout}\n{result.stderr}")
+
+
+def up(run_dir: str | Path = DEFAULT_RUN_DIR, *, prefect_port: int = DEFAULT_PREFECT_PORT,
+       mlflow_port: int = DEFAULT_MLFLOW_PORT, worker_limit: int = 1,
+       timeout_s: float = 180.0, progress: Callable[[str], None] | None = None) -> Stack:
+    """Start the services of ``run_dir`` that are not already running and healthy.
+
+    Args:
+        run_dir: where the databases, artifacts, PIDs, logs and ``stack.env`` go.
+        prefect_port: port of the Prefect server (API and UI) on 127.0.0.1.
+        mlflow_port: port of the MLflow server (API and UI) on 127.0.0.1.
+        worker_limit: flow runs the worker runs at once (a tuning flow uses all the cores).
+        timeout_s: how long to wait for each service to answer healthy.
+        progress: called with a line as each service becomes healthy (e.g. ``print``).
+
+    Returns:
+        The stack, with ``started`` (the services this call started) and ``reused``.
+
+    Raises:
+        StackError: a port is taken by another process, the run directory's stack runs on
+            other ports, or a service did not answer healthy (the message quotes its log).
+
+    Example:
+        >>> stack = up("runs/stack", prefect_port=4200, mlflow_port=5000)  # doctest: +SKIP
+        >>> stack.prefect_api_url  # doctest: +SKIP
+        'http://127.0.0.1:4200/api'
+    """
+    paths = _Paths(Path(run_dir))
+    paths.run_dir.mkdir(parents=True, exist_ok=True)
+    state = _read_state(paths)
+    running = {name: p for name in SERVICES if (p := _recorded_process(paths, name, state))}
+    if running:
+        ports = {"prefect_port": prefect_port, "mlflow_port": mlflow_port}
+        other = {k: state.get(k) for k, v in ports.items() if state.get(k) not in (None, v)}
+        if other:
+            raise StackError(
+                f"the stack of {paths.run_dir} is running with {other}, not {ports}; "
+                f"stop it first (python -m infra.stack down --run-dir {run_dir}) or use "
+                f"those ports"
+            )
+    for name in SERVICES:  # a stale PID file of a dead or foreign process
+        if name not in running:
+            paths.pid_file(name).unlink(missing_ok=True)
+    services = {name: rec for name, rec in state.get("services", {}).items() if name in running}
+    state = {"prefect_port": prefect_port, "mlflow_port": mlflow_port, "services": services}
+    _write_state(paths, state)
+    stack = Stack(paths.run_dir, prefect_port, mlflow_port)
+    started: list[str] = []
+    t0 = time.monotonic()
+
+    def report(line: str) -> None:
+        if progress is not None:
+            progress(f"[{time.monotonic() - t0:5.1f} s] {line}")
+
+    def record(name: str, proc: psutil.Process, cmd: list[str]) -> None:
+        started.append(name)
+        running[name] = proc
+        services[name] = {"pid": proc.pid, "create_time": proc.create_time(), "cmd": cmd}
+        _write_state(paths, state)
+
+    try:
+        # an unhealthy process of ours would stop a new one from binding: replace it
+        for name, healthy in (("mlflow", lambda: _mlflow_healthy(mlflow_port)),
+                              ("prefect-server", lambda: _prefect_healthy(prefect_port))):
+            if name in running and not healthy():
+                _stop_process(running.pop(name), timeout_s=20)
+                services.pop(name, None)
+                paths.pid_file(name).unlink(missing_ok=True)
+        # every port first, so that a taken one fails before anything starts
+        if "mlflow" not in running:
+            _check_port_free(mlflow_port, "MLflow server", "--mlflow-port")
+        if "prefect-server" not in running:
+            _check_port_free(prefect_port, "Prefect server", "--prefect-port")
+        waits = []
+        if "mlflow" not in running:
+            cmd = [
+                sys.executable, "-m", "mlflow", "server", "--host", HOST,
+                "--port", str(mlflow_port), "--workers", "1",
+                "--backend-store-uri", f"sqlite:///{paths.run_dir / 'mlflow.db'}",
+                "--artifacts-destination", str(paths.run_dir / "mlartifacts"),
+            ]
+            env = {**_base_env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+            record("mlflow", _spawn(paths, "mlflow", cmd, env=env, cwd=paths.run_dir), cmd)
+            waits.append(("mlflow", lambda: _mlflow_healthy(mlflow_port),
+                          f"{stack.mlflow_uri}/health"))
+        if "prefect-server" not in running:
+            cmd = [sys.executable, "-m", "prefect", "--no-prompt", "server", "start",
+                   "--host", HOST, "--port", str(prefect_port)]
+            env = {
+                **_base_env(),
+                "PREFECT_HOME": str(paths.run_dir / "prefect"),
+                "PREFECT_API_DATABASE_CONNECTION_URL":
+                    f"sqlite+aiosqlite:///{paths.run_dir / 'prefect.db'}",
+                "PREFECT_API_URL": stack.prefect_api_url,
+            }
+            record("prefect-server",
+                   _spawn(paths, "prefect-server", cmd, env=env, cwd=paths.run_dir), cmd)
+            waits.append(("prefect-server", lambda: _prefect_healthy(prefect_port),
+                          f"{stack.prefect_api_url}/health"))
+        for name, check, url in waits:  # both start at once: 2 cores, two imports
+            _wait_healthy(paths, name, running[name], check, url=url, timeout_s=timeout_s)
+            report(f"{name} healthy at {url} (pid {running[name].pid})")
+
+        _ensure_pool(stack, paths)
+        report(f"work pool {POOL!r} (type process) ready")
+        if "prefect-worker" not in running:
+            crashed = _crash_orphaned_runs(prefect_port)  # left by a worker that died
+            if crashed:
+                report(f"flow runs whose process is gone, marked Crashed: {', '.join(crashed)}")
+            cmd = [sys.executable, "-m", "prefect", "--no-prompt", "worker", "start",
+                   "--pool", POOL, "--type", "process", "--name", WORKER_NAME,
+                   "--limit", str(worker_limit), "--install-policy", "never"]
+            env = {
+                **_base_env(), **stack.env,
+                "PREFECT_HOME": str(paths.run_dir / "prefect"),
+                "PREFECT_WORKER_QUERY_SECONDS": "2",  # pick a new run up within ~2 s
+            }
+            record("prefect-worker",
+                   _spawn(paths, "prefect-worker", cmd, env=env, cwd=REPO_ROOT), cmd)
+            _wait_healthy(paths, "prefect-worker", running["prefect-worker"],
+                          lambda: _worker_online(prefect_port, WORKER_NAME,
+                                                 since=running["prefect-worker"].create_time()),
+                          url=f"{stack.prefect_api_url}/work_pools/{POOL}/workers",
+                          timeout_s=timeout_s)
+            report(f"prefect-worker {WORKER_NAME!r} online in pool {POOL!r} "
+                   f"(pid {running['prefect-worker'].pid})")
+    except BaseException:
+        _stop(paths, [n for n in SERVICES if n in started], timeout_s=20)
+        raise
+
+    stack = Stack(paths.run_dir, prefect_port, mlflow_port, started=tuple(started),
+                  reused=tuple(n for n in SERVICES if n in running and n not in started))
+    _write_env_file(paths, stack)
+    return stack
+
+
+def _crash_orphaned_runs(prefect_port: int) -> list[str]:
+    """Mark CRASHED the pool's in-flight flow runs whose process is gone; return their names.
+
+    A run left RUNNING by a stopped worker would otherwise stay RUNNING for ever and hold its
+    deployment's concurrency slot, so that the next run of that deployment never starts.
+    """
+    api = f"http://{HOST}:{prefect_port}/api"
+    query = {"flow_runs": {"state": {"type": {"any_": ["RUNNING", "PENDING", "CANCELLING"]}}},
+             "work_pools": {"name": {"any_": [POOL]}}}
+    code, body = _http(f"{api}/flow_runs/filter", data=json.dumps(query).encode())
+    if code != 200:
+        return []
+    crashed = []
+    for run in json.loads(body):
+        pid = run.get("infrastructure_pid")
+        try:
+            if pid and "prefect" in " ".join(psutil.Process(int(pid)).cmdline()):
+                continue  # still running here
+        except (ValueError, psutil.Error):
+            pass
+        state = {"type": "CRASHED", "name": "Crashed", "message": (
+            "its process is gone: the local stack was stopped (python -m infra.stack down) or "
+            "the machine restarted while it ran; run the deployment again to resume")}
+        code, _ = _http(f"{api}/flow_runs/{run['id']}/set_state",
+                        data=json.dumps({"state": state, "force": True}).encode())
+        if code in (200, 201):
+            crashed.append(run["name"])
+    return crashed
+
+
+def _stop(paths: _Paths, names: list[str], *, timeout_s: float,
+          progress: Callable[[str], None] | None = None) -> list[str]:
+    state = _read_state(paths)
+    stopped = []
+    for name in SERVICES:  # worker, then Prefect server, then MLflow
+        if name not in names:
+            continue
+        proc = _recorded_process(paths, name, state)
+        if proc is not None:
+            _stop_process(proc, timeout_s=timeout_s)
+            stopped.append(name)
+            if name == "prefect-worker" and "prefect_port" in state:
+                crashed = _crash_orphaned_runs(state["prefect_port"])
+                if crashed and progress is not None:
+                    progress(f"flow runs stopped with the worker, marked Crashed: "
+                             f"{', '.join(crashed)}")
+        paths.pid_file(name).unlink(missing_ok=True)
+        state.get("services", {}).pop(name, None)
+        if paths.state.exists():
+            _write_state(paths, state)
+    return stopped
+
+
+def down(run_dir: str | Path = DEFAULT_RUN_DIR, *, services: tuple[str, ...] = SERVICES,
+         timeout_s: float = 20.0, progress: Callable[[str], None] | None = None) -> list[str]:
+    """Stop the stack's services (worker, Prefect server, MLflow, in that order) by PID.
+
+    Flow runs in flight are stopped with the worker (their processes are its descendants) and
+    marked Crashed, so that they do not hold their deployment's concurrency slot.
+
+    Returns:
+        The names of the services that were running and are now stopped.
+    """
+    unknown = set(services) - set(SERVICES)
+    if unknown:
+        raise StackError(f"unknown services {sorted(unknown)}; the stack has {list(SERVICES)}")
+    paths = _Paths(Path(run_dir))
+    stopped = _stop(paths, list(services), timeout_s=timeout_s, progress=progress)
+    if not any(paths.pid_file(n).exists() for n in SERVICES):
+        paths.env_file.unlink(missing_ok=True)
+    return stopped
+
+
+def status(run_dir: str | Path = DEFAULT_RUN_DIR) -> list[ServiceStatus]:
+    """Each service: its recorded PID, whether that process is alive, and its health check."""
+    paths = _Paths(Path(run_dir))
+    state = _read_state(paths)
+    pport = state.get("prefect_port", DEFAULT_PREFECT_PORT)
+    mport = state.get("mlflow_port", DEFAULT_MLFLOW_PORT)
+    checks = {
+        "prefect-worker": (lambda p: _worker_online(pport, WORKER_NAME, since=p.create_time()),
+                           f"pool {POOL!r} on http://{HOST}:{pport}"),
+        "prefect-server": (lambda p: _prefect_healthy(pport), f"http://{HOST}:{pport}"),
+        "mlflow": (lambda p: _mlflow_healthy(mport), f"http://{HOST}:{mport}"),
+    }
+    result = []
+    for name in SERVICES:
+        check, url = checks[name]
+        proc = _recorded_process(paths, name, state)
+        try:
+            recorded = int(paths.pid_file(name).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            recorded = None
+        detail = "" if recorded is None or proc is not None else "stale PID file"
+        result.append(ServiceStatus(name, recorded, proc is not None,
+                                    proc is not None and check(proc), url, detail))
+    return result
+
+
+@contextlib.contextmanager
+def running_stack(run_dir: str | Path, *, prefect_port: int, mlflow_port: int,
+                  worker_limit: int = 1, timeout_s: float = 180.0) -> Iterator[Stack]:
+    """The stack of ``run_dir``, up for the ``with`` block; stops on exit what it started.
+
+    Example:
+        >>> with running_stack("runs/t", prefect_port=4201, mlflow_port=5001) as stack:
+        ...     print(stack.env["PREFECT_API_URL"])  # doctest: +SKIP
+        http://127.0.0.1:4201/api
+    """
+    stack = up(run_dir, prefect_port=prefect_port, mlflow_port=mlflow_port,
+               worker_limit=worker_limit, timeout_s=timeout_s)
+    try:
+        yield stack
+    finally:
+        down(run_dir, services=stack.started)
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+
+def _print_addresses(stack: Stack) -> None:
+    print(f"Prefect UI:  {stack.prefect_ui_url}")
+    print(f"Prefect API: {stack.prefect_api_url}")
+    print(f"MLflow UI:   {stack.mlflow_uri}")
+    print(f"shell:       source {stack.run_dir / 'stack.env'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.stack", description=__doc__.split(
+        "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["up", "down", "status", "env"])
+    parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR,
+                        help="where databases, artifacts, PIDs and logs go (%(default)s)")
+    parser.add_argument("--prefect-port", type=int, default=None,
+                        help=f"Prefect server port (default {DEFAULT_PREFECT_PORT}, or the "
+                        "running stack's)")
+    parser.add_argument("--mlflow-port", type=int, default=None,
+                        help=f"MLflow server port (default {DEFAULT_MLFLOW_PORT}, or the "
+                        "running stack's)")
+    parser.add_argument("--timeout", type=float, default=180.0,
+                        help="seconds to wait for each service to be healthy (%(default)s)")
+    args = parser.parse_args(argv)
+    state = _read_state(_Paths(args.run_dir))
+    pport = args.prefect_port or state.get("prefect_port", DEFAULT_PREFECT_PORT)
+    mport = args.mlflow_port or state.get("mlflow_port", DEFAULT_MLFLOW_PORT)
+    try:
+        if args.command == "up":
+            t0 = time.monotonic()
+            stack = up(args.run_dir, prefect_port=pport, mlflow_port=mport,
+                       timeout_s=args.timeout, progress=print)
+            if stack.started:
+                print(f"started {', '.join(stack.started)} in {time.monotonic() - t0:.1f} s")
+            if stack.reused:
+                print(f"already running: {', '.join(stack.reused)}")
+            _print_addresses(stack)
+        elif args.command == "down":
+            t0 = time.monotonic()
+            stopped = down(args.run_dir, timeout_s=args.timeout, progress=print)
+            what = ", ".join(stopped) if stopped else "nothing was running"
+            print(f"stopped: {what} ({time.monotonic() - t0:.1f} s)")
+        elif args.command == "status":
+            rows = status(args.run_dir)
+            for row in rows:
+                pid = "-" if row.pid is None else str(row.pid)
+                alive = "alive" if row.alive else "not running"
+                health = ("healthy" if row.healthy else "unhealthy") if row.alive else "-"
+                print(f"{row.name:15s} pid {pid:>8s}  {alive:11s}  {health:9s}  {row.url}"
+                      + (f"  ({row.detail})" if row.detail else ""))
+            return 0 if all(row.healthy for row in rows) else 1
+        else:  # env
+            for key, value in Stack(_Paths(args.run_dir).run_dir, pport, mport).env.items():
+                print(f"export {key}={value}")
+    except StackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
