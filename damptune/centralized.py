@@ -12,6 +12,7 @@ worker is lost, the share is recomputed by a new rank on another worker.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -20,13 +21,26 @@ import torch
 from distributed import Client
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from damptune.cluster import gather_within
+from damptune.cluster import gather_within, worker_addresses
 from damptune.config import TrainConfig
 from damptune.errors import ClusterError
-from damptune.loop import LocalOps, shard_forward
+from damptune.loop import FLAG_NONE, LocalOps, shard_forward
 from damptune.state import TrainData, build_model, resolve_device
 
 __all__ = ["CentralizedOps", "Rank"]
+
+MAX_ATTEMPTS = 4  # tries of one update's shares when workers are lost
+log = logging.getLogger("damptune.centralized")
+
+
+def _is_comm(exc: BaseException) -> bool:
+    """Errors that mean the rank's worker is gone (not a bug in the computation)."""
+    from distributed.comm.core import CommClosedError
+
+    names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e is not None}
+    return isinstance(exc, CommClosedError | OSError | EOFError) or bool(
+        names & {"CommClosedError", "KilledWorker", "FutureCancelledError", "CancelledError"}
+    ) or "Worker holding Actor was lost" in str(exc)
 
 
 class Rank:
@@ -75,6 +89,7 @@ class CentralizedOps:
             raise ClusterError("the Dask cluster has no workers; start at least one")
         self.client, self.model, self.config, self.data = client, model, config, data
         self.data_future, self.workers = data_future, list(workers)
+        self.known = set(worker_addresses(client))  # the cluster's workers when we started
         self.ranks: dict[str, Any] = {}  # worker address -> Rank actor
         self.local = LocalOps(model, data)
 
@@ -91,11 +106,50 @@ class CentralizedOps:
         return self.ranks[worker]
 
     def _call(self, method: str, shares: list[np.ndarray]) -> list[Any]:
+        """Each share on its rank; a share whose worker is lost is computed again on a new
+        rank on a live worker (same weights, same share, so the same result)."""
         weights = parameters_to_vector(self.model.parameters()).detach().cpu().numpy()
-        futures = [getattr(self._rank(r), method)(weights, s) for r, s in enumerate(shares)]
-        return gather_within(futures, timeout=self.config.timeout, what=f"rank {method}")
+        results: list[Any] = [None] * len(shares)
+        pending = list(range(len(shares)))
+        for attempt in range(MAX_ATTEMPTS):
+            futures = {r: getattr(self._rank(r), method)(weights, shares[r]) for r in pending}
+            deadline = time.monotonic() + self.config.timeout
+            lost = []
+            for r, future in futures.items():
+                try:
+                    results[r] = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                except TimeoutError as exc:
+                    raise ClusterError(f"rank {r} did not answer within timeout="
+                                       f"{self.config.timeout} s") from exc
+                except (TypeError, ValueError, RuntimeError) as exc:
+                    if "Worker holding Actor was lost" not in str(exc) and not _is_comm(exc):
+                        raise
+                    lost.append(r)
+                except Exception as exc:  # noqa: BLE001 - connection errors of a dead worker
+                    if not _is_comm(exc):
+                        raise
+                    lost.append(r)
+            if not lost:
+                return results
+            self._replace(lost, attempt)
+            pending = lost
+        raise ClusterError(f"ranks {pending} kept failing after {MAX_ATTEMPTS} attempts")
 
-    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, bool]:
+    def _replace(self, lost: list[int], attempt: int) -> None:
+        dead = {self.workers[r % len(self.workers)] for r in lost}
+        log.warning("lost worker(s) %s; recomputing their shares elsewhere", sorted(dead))
+        for worker in dead:
+            self.ranks.pop(worker, None)
+        current = set(worker_addresses(self.client))
+        alive = [w for w in self.workers if w in current and w not in dead]
+        fresh = sorted(current - set(self.workers) - self.known)
+        self.workers = alive + fresh or sorted(current)
+        if not self.workers:
+            self.client.wait_for_workers(1, timeout=self.config.timeout)
+            self.workers = worker_addresses(self.client)
+        time.sleep(0.2 * attempt)
+
+    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, int]:
         t0 = time.perf_counter()
         results = self._call("gradient", shares)
         total = results[0][0].copy()
@@ -114,7 +168,7 @@ class CentralizedOps:
         for _, rank_loss_sum, _ in results:
             loss += rank_loss_sum
         t_compute = max(r[2] for r in results)
-        return loss, t_compute, time.perf_counter() - t0 - t_compute, False
+        return loss, t_compute, time.perf_counter() - t0 - t_compute, FLAG_NONE
 
     def loss(self, shares: list[np.ndarray]) -> float:
         total = 0.0

@@ -1,9 +1,15 @@
-"""Atomic checkpoint files on a local path or any fsspec URL, loaded with ``weights_only``."""
+"""Atomic checkpoint files on a local path or any fsspec URL, loaded with ``weights_only``.
+
+The newest checkpoint is at ``path``; the ``keep - 1`` before it at ``path~1``, ``path~2``, …
+(newest first). A checkpoint that is partial or corrupt is skipped for the previous one, with a
+warning.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import uuid
 from typing import Any
@@ -14,14 +20,21 @@ from fsspec.implementations.local import LocalFileSystem
 
 from damptune.errors import CheckpointError
 
-__all__ = ["save_checkpoint", "load_checkpoint", "checkpoint_exists"]
+__all__ = ["save_checkpoint", "load_checkpoint", "load_latest", "checkpoint_exists",
+           "checkpoint_paths"]
+
+log = logging.getLogger("damptune.checkpoint")
 
 
-def save_checkpoint(path: str, ckpt: dict[str, Any]) -> None:
-    """Write ``ckpt`` to ``path`` atomically: a temporary file, then a rename over the old one.
+def checkpoint_paths(path: str, keep: int) -> list[str]:
+    """``path`` and its older generations, newest first."""
+    return [path] + [f"{path}~{i}" for i in range(1, keep)]
 
-    A reader (or a process killed mid-write) sees either the old or the new checkpoint.
-    """
+
+def save_checkpoint(path: str, ckpt: dict[str, Any], *, keep: int = 1) -> None:
+    """Write ``ckpt`` to ``path`` atomically (temporary file, then rename), keeping the
+    ``keep - 1`` previous checkpoints as ``path~1`` … (a reader, or a process killed mid-write,
+    sees either the old or the new checkpoint)."""
     buf = io.BytesIO()
     torch.save(ckpt, buf)
     fs, fpath = fsspec.core.url_to_fs(path)
@@ -36,10 +49,18 @@ def save_checkpoint(path: str, ckpt: dict[str, Any]) -> None:
         if hasattr(f, "fileno"):
             with contextlib.suppress(OSError, io.UnsupportedOperation):
                 os.fsync(f.fileno())
+    generations = checkpoint_paths(fpath, keep)
+    for older, newer in zip(reversed(generations[1:]), reversed(generations[:-1]), strict=True):
+        if fs.exists(newer):
+            _move(fs, newer, older)
+    _move(fs, tmp, fpath)
+
+
+def _move(fs: Any, src: str, dst: str) -> None:
     if isinstance(fs, LocalFileSystem):
-        os.replace(tmp, fpath)
-    else:  # object stores: a single PUT is atomic; mv = copy + delete of the temp object
-        fs.mv(tmp, fpath)
+        os.replace(src, dst)
+    else:  # object stores: a single PUT is atomic; mv = copy + delete
+        fs.mv(src, dst)
 
 
 def checkpoint_exists(path: str) -> bool:
@@ -48,7 +69,7 @@ def checkpoint_exists(path: str) -> bool:
 
 
 def load_checkpoint(path: str) -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True`` (no arbitrary code runs)."""
+    """Load one checkpoint with ``weights_only=True`` (no arbitrary code runs)."""
     fs, fpath = fsspec.core.url_to_fs(path)
     if not fs.exists(fpath):
         raise CheckpointError(f"checkpoint_path={path!r} does not exist")
@@ -62,3 +83,27 @@ def load_checkpoint(path: str) -> dict[str, Any]:
         kind = type(ckpt).__name__
         raise CheckpointError(f"checkpoint_path={path!r} holds a {kind}, not a dict")
     return ckpt
+
+
+def load_latest(path: str, *, keep: int = 1) -> dict[str, Any] | None:
+    """The newest readable checkpoint among ``path``'s generations (None if there is none).
+
+    A partial or corrupt one is skipped for the previous, with a warning; if every existing
+    generation is unreadable, CheckpointError (nothing is deleted).
+    """
+    errors = []
+    for candidate in checkpoint_paths(path, max(keep, 1)):
+        if not checkpoint_exists(candidate):
+            continue
+        try:
+            ckpt = load_checkpoint(candidate)
+        except CheckpointError as exc:
+            log.warning("skipping an unreadable checkpoint: %s", exc)
+            errors.append(str(exc))
+            continue
+        if errors:
+            log.warning("resuming from the older checkpoint %s", candidate)
+        return ckpt
+    if errors:
+        raise CheckpointError("no readable checkpoint: " + "; ".join(errors))
+    return None

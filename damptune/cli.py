@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--checkpoint", default=None, help="checkpoint path or fsspec URL")
     t.add_argument("--checkpoint-every", type=int, default=None, help="updates between saves")
+    t.add_argument("--checkpoint-seconds", type=float, default=None,
+                   help="seconds of training between saves")
     t.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -109,11 +111,15 @@ def _train(args: argparse.Namespace) -> int:
         seed=args.seed,
         checkpoint_path=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
+        checkpoint_seconds=args.checkpoint_seconds,
         resume=args.resume,
         profile=args.profile,
         callback=progress,
         **{f"batch_size__{k}": v for k, v in args.param},
     )
+    from damptune import interrupt
+
+    interrupt.install_sigterm_handler()  # SIGTERM: checkpoint, then stop (resume continues)
     t0 = time.perf_counter()
     clf.fit(data.X_train, data.y_train, eval_set=(data.X_test, data.y_test))
     wall = time.perf_counter() - t0
@@ -136,7 +142,11 @@ def _train(args: argparse.Namespace) -> int:
         "profile": args.profile,
         "wall_seconds": wall,
         "stopped": clf.stopped_,
+        "interrupted": clf.state_.interrupted,
     }
+    if clf.state_.interrupted:
+        print(f"{clf.stopped_}; checkpoint {args.checkpoint}: run again with --resume to continue",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(summary))
     else:

@@ -73,6 +73,8 @@ class TrainConfig:
     max_updates: int | None = None  # stop after this many updates in all (None: no limit)
     eval_every: float = 1.0  # epochs
     checkpoint_every: int | None = None  # updates (None: only at the end)
+    checkpoint_seconds: float | None = None  # seconds of training between checkpoints
+    checkpoint_keep: int = 2  # generations kept (an unreadable newest one falls back)
     seed: int = 0
     mode: str = "local"
     device: str = "cpu"
@@ -130,10 +132,16 @@ class TrainConfig:
                 raise ConfigError(name, value, "a positive number")
             if not math.isfinite(value):
                 raise ConfigError(name, value, "a finite positive number")
+        if self.checkpoint_seconds is not None and not (
+            isinstance(self.checkpoint_seconds, int | float) and self.checkpoint_seconds > 0
+        ):
+            raise ConfigError("checkpoint_seconds", self.checkpoint_seconds,
+                              "a positive number of seconds")
         for name in ("max_updates", "checkpoint_every"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
         _positive_int("train_loss_examples", self.train_loss_examples)
+        _positive_int("checkpoint_keep", self.checkpoint_keep)
         damper = self.make_damper()
         damper._check()
         if damper.initial > self.max_batch_size:

@@ -13,8 +13,10 @@ starts.
 from __future__ import annotations
 
 import datetime
+import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,10 +24,21 @@ import torch
 import torch.distributed as dist
 from distributed import Client, get_worker
 
-from damptune.cluster import gather_within
+from damptune.cluster import gather_within, worker_addresses
 from damptune.config import TrainConfig, n_workers_for
-from damptune.errors import ClusterError
-from damptune.loop import CHECKPOINT, DONE, MAX_UPDATES, RESIZE, Emit, advance, shard_evaluate
+from damptune.errors import ClusterError, DamptuneError
+from damptune.loop import (
+    CHECKPOINT,
+    DONE,
+    FLAG_CHECKPOINT,
+    FLAG_FLUSH,
+    FLAG_NONE,
+    MAX_UPDATES,
+    RESIZE,
+    Emit,
+    advance,
+    shard_evaluate,
+)
 from damptune.loop import shard_forward as _shard_forward
 from damptune.state import TrainData, TrainState, resolve_device
 from damptune.worker import forget, registry
@@ -33,6 +46,8 @@ from damptune.worker import forget, registry
 __all__ = ["DecentralizedRunner"]
 
 FLUSH_SECONDS = 1.0  # rank 0 ends a segment after this long, so progress reaches the driver
+MAX_RECOVERIES = 5  # lost ranks tolerated in one run before giving up
+log = logging.getLogger("damptune.decentralized")
 _SYNC_REASONS = (CHECKPOINT, RESIZE, DONE, MAX_UPDATES)
 
 
@@ -40,25 +55,40 @@ _SYNC_REASONS = (CHECKPOINT, RESIZE, DONE, MAX_UPDATES)
 class RankOps:
     """Gradients on this rank's share, summed over the group by one all-reduce."""
 
-    def __init__(self, model: torch.nn.Module, data: TrainData, rank: int, world: int) -> None:
+    def __init__(
+        self, model: torch.nn.Module, data: TrainData, rank: int, world: int,
+        checkpoint_seconds: float | None = None,
+    ) -> None:
         self.model, self.data, self.rank, self.world_size = model, data, rank, world
         self.segment_start = time.perf_counter()
+        self.checkpoint_seconds = checkpoint_seconds
+        self.checkpoint_clock = time.monotonic()
+
+    def _flag(self, now: float) -> int:
+        """Rank 0's decision (the others add 0): checkpoint due, segment long enough, none."""
+        if self.rank != 0:
+            return FLAG_NONE
+        if self.checkpoint_seconds and time.monotonic() - self.checkpoint_clock >= (
+            self.checkpoint_seconds
+        ):
+            return FLAG_CHECKPOINT
+        return FLAG_FLUSH if now - self.segment_start > FLUSH_SECONDS else FLAG_NONE
 
     def _all_reduce(self, values: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
             dist.all_reduce(values, op=dist.ReduceOp.SUM)
         return values
 
-    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, bool]:
+    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, int]:
         t0 = time.perf_counter()
         loss = _shard_forward(self.model, self.data.X, self.data.y, shares[self.rank], grad=True)
         t1 = time.perf_counter()
         params = list(self.model.parameters())
-        flush = self.rank == 0 and t1 - self.segment_start > FLUSH_SECONDS
+        flag = self._flag(t1)
         if self.world_size == 1:  # nothing to exchange
-            return loss, t1 - t0, 0.0, flush
+            return loss, t1 - t0, 0.0, flag
         device = params[0].device
-        tail = torch.tensor([loss, 1.0 if flush else 0.0], dtype=params[0].dtype, device=device)
+        tail = torch.tensor([loss, float(flag)], dtype=params[0].dtype, device=device)
         flat = torch.cat([p.grad.reshape(-1) for p in params] + [tail])  # type: ignore[union-attr]
         self._all_reduce(flat)
         offset = 0
@@ -66,8 +96,8 @@ class RankOps:
             n = p.numel()
             p.grad.copy_(flat[offset : offset + n].view_as(p))  # type: ignore[union-attr]
             offset += n
-        loss_total, flag = flat[offset:].tolist()
-        return loss_total, t1 - t0, time.perf_counter() - t1, flag > 0
+        loss_total, flag_sum = flat[offset:].tolist()
+        return loss_total, t1 - t0, time.perf_counter() - t1, int(round(flag_sum))
 
     def loss(self, shares: list[np.ndarray]) -> float:
         loss = _shard_forward(self.model, self.data.X, self.data.y, shares[self.rank], grad=False)
@@ -126,7 +156,7 @@ def rank_setup(
     state = TrainState(config, device=device)
     state.restore(ckpt)
     reg["state"] = state
-    reg["ops"] = RankOps(state.model, data.to(device), rank, world)
+    reg["ops"] = RankOps(state.model, data.to(device), rank, world, config.checkpoint_seconds)
     return rank
 
 
@@ -138,6 +168,8 @@ def rank_advance(group_key: str) -> tuple[str, list[dict[str, Any]], dict[str, A
     ops.segment_start = time.perf_counter()
     state.history = []
     reason = advance(state, ops, emit=lambda record: None)
+    if reason == CHECKPOINT:
+        ops.checkpoint_clock = time.monotonic()
     if ops.rank != 0:
         return reason, [], None
     ckpt = _rank_checkpoint(state) if reason in _SYNC_REASONS else None
@@ -174,10 +206,13 @@ class DecentralizedRunner:
                 "Lower max_workers or add workers."
             )
         self.client, self.config, self.data_future = client, config, data_future
-        self.workers = workers
+        self.workers = list(workers)
+        self.known = set(worker_addresses(client))  # workers that were there before this run
         self.group_key: str | None = None
         self.ranks: list[str] = []
         self.synced = True
+        self.synced_len = 0  # history records the last synced state covers
+        self.recoveries = 0
 
     def _wait(self, futures: list[Any], what: str) -> list[Any]:
         return gather_within(futures, timeout=self.config.timeout, what=what)
@@ -203,7 +238,7 @@ class DecentralizedRunner:
             for r in range(world)
         ]
         self._wait(futures, f"forming a group of {world} ranks")
-        self.synced = True
+        self.synced, self.synced_len = True, len(state.history)
 
     def world_for(self, state: TrainState) -> int:
         """The group size the next update needs (a guess if it is not planned yet)."""
@@ -214,14 +249,25 @@ class DecentralizedRunner:
                 return int(record["n_workers"])
         return n_workers_for(state.damper.initial, self.config)
 
-    def advance(self, state: TrainState, emit: Emit) -> str:
+    def advance(self, state: TrainState, emit: Emit,
+                should_stop: Callable[[], bool] | None = None) -> str:
+        """Segments until a boundary; a stop request is seen at the next FLUSH (~1 s)."""
         while True:
-            if self.group_key is None:
-                self.form(state, self.world_for(state))
-            futures = [self._submit(r, rank_advance, self.group_key)
-                       for r in range(len(self.ranks))]
-            self.synced = False
-            results = self._wait(futures, "training segment")
+            try:
+                if self.group_key is None:
+                    self.form(state, self.world_for(state))
+                futures = [self._submit(r, rank_advance, self.group_key)
+                           for r in range(len(self.ranks))]
+                self.synced = False
+                results = self._wait(futures, "training segment")
+            except (DamptuneError, TypeError, ValueError) as exc:
+                if not isinstance(exc, ClusterError):
+                    raise  # a bug or bad configuration: retrying cannot help
+                self._recover(state, exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - a worker was lost: continue without it
+                self._recover(state, exc)
+                continue
             reasons = {r[0] for r in results}
             if len(reasons) != 1:
                 raise ClusterError(f"ranks disagree on where the segment ended: {reasons}")
@@ -229,7 +275,7 @@ class DecentralizedRunner:
             if ckpt is not None:
                 ckpt["history"] = state.history + records
                 state.restore(ckpt)
-                self.synced = True
+                self.synced, self.synced_len = True, len(state.history)
             else:
                 state.history.extend(records)
             for record in records:
@@ -246,14 +292,43 @@ class DecentralizedRunner:
         (ckpt,) = self._wait([self._submit(0, rank_checkpoint, self.group_key)], "sync")
         ckpt["history"] = state.history
         state.restore(ckpt)
-        self.synced = True
+        self.synced, self.synced_len = True, len(state.history)
 
-    def teardown(self) -> None:
+    def _recover(self, state: TrainState, exc: BaseException) -> None:
+        """A rank was lost: drop the group, go back to the last synced state (at most one
+        checkpoint interval of work is redone) and re-form the group on live workers."""
+        self.recoveries += 1
+        if self.recoveries > MAX_RECOVERIES:
+            raise ClusterError(f"ranks failed {self.recoveries} times; last: {exc!r}") from exc
+        log.warning("lost a rank (%r); re-forming the group from update %d", exc, state.update)
+        try:
+            self.teardown(timeout=10.0)
+        except Exception:  # noqa: BLE001 - the dead rank cannot answer
+            self.group_key, self.ranks = None, []
+        del state.history[self.synced_len:]
+        self.workers = self._live_workers(need=self.config.max_workers)
+
+    def _live_workers(self, *, need: int) -> list[str]:
+        """Our workers still alive, then workers that joined since (e.g. restarted ones)."""
+        deadline = time.monotonic() + self.config.timeout
+        while True:
+            current = worker_addresses(self.client)
+            alive = [w for w in self.workers if w in current]
+            fresh = sorted(w for w in current if w not in self.known and w not in alive)
+            workers = (alive + fresh)[: max(need, len(self.workers))]
+            if len(workers) >= need:
+                return workers
+            if time.monotonic() > deadline:
+                raise ClusterError(f"only {len(workers)} live worker(s) for {need} ranks after "
+                                   f"a worker was lost")
+            time.sleep(1.0)
+
+    def teardown(self, timeout: float | None = None) -> None:
         if self.group_key is None:
             return
         futures = [self._submit(r, rank_teardown, self.group_key) for r in range(len(self.ranks))]
         try:
-            self._wait(futures, "teardown")
+            gather_within(futures, timeout=timeout or self.config.timeout, what="teardown")
         finally:
             self.group_key, self.ranks = None, []
 

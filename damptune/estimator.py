@@ -59,6 +59,8 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
             a ``distributed.Client`` or a Dask cluster.
         checkpoint_path: local path or fsspec URL of the checkpoint.
         checkpoint_every: updates between checkpoints (None: only at the end).
+        checkpoint_seconds: seconds of training between checkpoints (and on SIGTERM).
+        checkpoint_keep: checkpoint generations kept (an unreadable newest one falls back).
         resume: continue from ``checkpoint_path`` when it exists.
         callback: called with every progress record; may raise ``StopTraining``.
         profile: network profile of the records' simulated time ``time_sim``
@@ -88,6 +90,8 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         seed: int = 0,
         checkpoint_path: str | None = None,
         checkpoint_every: int | None = None,
+        checkpoint_seconds: float | None = None,
+        checkpoint_keep: int = 2,
         resume: bool = False,
         callback: Callback | None = None,
         timeout: float = 120.0,
@@ -113,6 +117,8 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         self.seed = seed
         self.checkpoint_path = checkpoint_path
         self.checkpoint_every = checkpoint_every
+        self.checkpoint_seconds = checkpoint_seconds
+        self.checkpoint_keep = checkpoint_keep
         self.resume = resume
         self.callback = callback
         self.timeout = timeout
@@ -189,6 +195,8 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
             max_updates=self.max_updates,
             eval_every=self.eval_every,
             checkpoint_every=self.checkpoint_every,
+            checkpoint_seconds=self.checkpoint_seconds,
+            checkpoint_keep=self.checkpoint_keep,
             seed=self.seed,
             mode=self.mode,
             device=self.device,

@@ -27,7 +27,9 @@ __all__ = ["Ops", "LocalOps", "advance", "shard_forward", "shard_evaluate", "Emi
 Emit = Callable[[dict[str, Any]], None]
 # Why `advance` returned: training is over, or a boundary where the driver must act.
 DONE, MAX_UPDATES, CHECKPOINT = "done", "max_updates", "checkpoint"
-RESIZE, FLUSH = "resize", "flush"
+RESIZE, FLUSH, INTERRUPTED = "resize", "flush", "interrupted"
+# flags a rank raises in the all-reduce (rank 0 decides; all ranks see the same sum)
+FLAG_NONE, FLAG_FLUSH, FLAG_CHECKPOINT = 0, 1, 2
 
 
 class Ops(Protocol):
@@ -38,8 +40,8 @@ class Ops(Protocol):
         """Fixed number of ranks (decentralized), None if any P works."""
         ...
 
-    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, bool]:
-        """Sum-of-gradients into ``.grad``; returns (loss sum, compute s, comm s, flush?)."""
+    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, int]:
+        """Sum-of-gradients into ``.grad``; returns (loss sum, compute s, comm s, flag)."""
         ...
 
     def loss(self, shares: list[np.ndarray]) -> float:
@@ -95,11 +97,11 @@ class LocalOps:
     def __init__(self, model: torch.nn.Module, data: TrainData) -> None:
         self.model, self.data = model, data
 
-    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, bool]:
+    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, int]:
         t0 = time.perf_counter()
         loss = shard_forward(self.model, self.data.X, self.data.y, np.concatenate(shares),
                              grad=True)
-        return loss, time.perf_counter() - t0, 0.0, False
+        return loss, time.perf_counter() - t0, 0.0, FLAG_NONE
 
     def loss(self, shares: list[np.ndarray]) -> float:
         idx = np.concatenate(shares)
@@ -125,8 +127,13 @@ def advance(
     ops: Ops,
     *,
     emit: Emit,
+    should_stop: Callable[[], bool] | None = None,
 ) -> str:
-    """Run updates until training ends or a boundary the driver must handle; return why."""
+    """Run updates until training ends or a boundary the driver must handle; return why.
+
+    ``should_stop`` is asked after every update (local and centralized modes; decentralized
+    ranks are stopped by the driver between segments).
+    """
     cfg = state.config
     subset = train_loss_subset(state)
     cost = cfg.cost_model(state.n_params)
@@ -157,7 +164,7 @@ def advance(
         # gradient of the global batch: each rank sums over its share
         t0 = time.perf_counter()
         indices = state.sampler.take(step.batch_size)
-        loss_sum, t_compute, t_comm, flush = ops.gradient(split_shares(indices, n_ranks))
+        loss_sum, t_compute, t_comm, flag = ops.gradient(split_shares(indices, n_ranks))
         grads = [p.grad for p in state.model.parameters() if p.grad is not None]
         torch._foreach_div_(grads, float(step.batch_size))  # sum -> mean over the batch
         grad_sq = float(torch.stack(torch._foreach_norm(grads)).square().sum())
@@ -204,7 +211,14 @@ def advance(
                 return FLUSH  # let the driver see the evaluation (pruning) now
         if cfg.checkpoint_every and state.update % cfg.checkpoint_every == 0:
             return CHECKPOINT
-        if flush:  # all ranks agree: the flag travelled in the all-reduce
+        if flag == FLAG_CHECKPOINT or (  # decentralized: rank 0's clock, in the all-reduce
+            ops.world_size is None and cfg.checkpoint_seconds
+            and time.monotonic() - state.checkpoint_clock >= cfg.checkpoint_seconds
+        ):
+            return CHECKPOINT
+        if should_stop is not None and should_stop():
+            return INTERRUPTED
+        if flag == FLAG_FLUSH:  # all ranks agree: the flag travelled in the all-reduce
             return FLUSH
 
 

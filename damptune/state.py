@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,8 @@ class TrainState:
         self.time_sim = 0.0  # simulated seconds on the configured network profile
         self.history: list[dict[str, Any]] = []
         self.stopped: str | None = None
+        self.interrupted = False  # stopped to be continued (SIGTERM, lifetime), not failed
+        self.checkpoint_clock = time.monotonic()  # when the last checkpoint was written
 
     @property
     def epoch(self) -> float:

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from damptune import interrupt
 from damptune.centralized import CentralizedOps
-from damptune.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
+from damptune.checkpoint import load_latest, save_checkpoint
 from damptune.cluster import connect, scatter_data, worker_addresses
 from damptune.config import TrainConfig
 from damptune.decentralized import DecentralizedRunner
@@ -32,6 +34,8 @@ from damptune.errors import ConfigError, StopTraining
 from damptune.loop import (
     CHECKPOINT,
     DONE,
+    FLUSH,
+    INTERRUPTED,
     MAX_UPDATES,
     Emit,
     LocalOps,
@@ -53,8 +57,12 @@ class _OpsRunner:
     def __init__(self, ops: Ops) -> None:
         self.ops = ops
 
-    def advance(self, state: TrainState, emit: Emit) -> str:
-        return advance(state, self.ops, emit=emit)
+    def advance(self, state: TrainState, emit: Emit,
+                should_stop: Callable[[], bool] | None = None) -> str:
+        return advance(state, self.ops, emit=emit, should_stop=should_stop)
+
+    def sync(self, state: TrainState) -> None:
+        """The state is this process's already."""
 
     def close(self, state: TrainState) -> None:
         close = getattr(self.ops, "close", None)
@@ -107,6 +115,8 @@ def train(
     cluster: Any = None,
     workers: list[str] | None = None,
     local_directory: str | None = None,
+    should_stop: Callable[[], str | None] | None = None,
+    deadline: float | None = None,
 ) -> TrainState:
     """Train until ``max_epochs`` (or ``max_updates``) and return the final state.
 
@@ -123,6 +133,11 @@ def train(
         workers: addresses of the Dask workers this run may use (rank r on the r-th); default
             all of the cluster's. Lets several runs share one cluster without sharing workers.
         local_directory: Dask scratch directory for a cluster started here.
+        should_stop: asked between updates; a reason (str) makes training checkpoint and stop
+            *interrupted* (``state.interrupted``), to be continued by a rerun with ``resume``.
+            A SIGTERM (:mod:`damptune.interrupt`) does the same.
+        deadline: a ``time.time()`` after which training checkpoints and stops interrupted
+            (a spot cluster's end of life, less a margin).
     """
     # setup: every check before any work and before touching an existing checkpoint
     if config.n_train == 0:
@@ -130,8 +145,8 @@ def train(
     config.validate()
     check_data(config, data)
     ckpt = None
-    if resume and checkpoint_path and checkpoint_exists(checkpoint_path):
-        ckpt = load_checkpoint(checkpoint_path)
+    if resume and checkpoint_path:
+        ckpt = load_latest(checkpoint_path, keep=config.checkpoint_keep)
     if ckpt is not None and config.compute_per_example is None:
         # keep the calibration the run started with, so its simulated time stays continuous
         config.compute_per_example = ckpt["config"].get("compute_per_example")
@@ -146,7 +161,22 @@ def train(
     if config.compute_per_example is None:
         calibrate(config, data, state)
     state.config = config
-    state.stopped = None
+    state.stopped, state.interrupted = None, False
+
+    def stop_reason() -> str | None:
+        reason = interrupt.requested() or (should_stop() if should_stop else None)
+        if reason is None and deadline is not None and time.time() >= deadline:
+            reason = "the cluster's lifetime limit is near"
+        return reason
+
+    saved_at: list[tuple[int, int]] = []
+
+    def save() -> None:
+        mark = (state.update, len(state.history))
+        if checkpoint_path and (not saved_at or saved_at[-1] != mark):  # no duplicate generation
+            save_checkpoint(checkpoint_path, state.checkpoint(), keep=config.checkpoint_keep)
+            saved_at.append(mark)
+        state.checkpoint_clock = time.monotonic()
 
     def emit(record: dict[str, Any]) -> None:
         if callback is not None:
@@ -176,17 +206,24 @@ def train(
                 )
         # loop: run to the next boundary; checkpoint there
         try:
-            while True:
-                reason = runner.advance(state, emit)
-                if reason == CHECKPOINT and checkpoint_path:
-                    save_checkpoint(checkpoint_path, state.checkpoint())
-                if reason in (DONE, MAX_UPDATES):
-                    break
+            with interrupt.active():
+                while True:
+                    reason = runner.advance(state, emit,
+                                            should_stop=lambda: stop_reason() is not None)
+                    if reason == FLUSH and stop_reason() is not None:
+                        runner.sync(state)  # decentralized: the driver stops between segments
+                        reason = INTERRUPTED
+                    if reason == CHECKPOINT:
+                        save()
+                    if reason == INTERRUPTED:
+                        state.interrupted = True
+                        state.stopped = f"interrupted: {stop_reason()}"
+                    if reason in (DONE, MAX_UPDATES, INTERRUPTED):
+                        break
         except StopTraining as exc:
             state.stopped = str(exc) or "stopped by the callback"
         finally:
             runner.close(state)
     # teardown
-    if checkpoint_path:
-        save_checkpoint(checkpoint_path, state.checkpoint())
+    save()
     return state

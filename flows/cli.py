@@ -60,6 +60,9 @@ def register_tune(sub: Any) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--concurrent-cells", type=int, default=2)
     t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--max-cluster-lifetime", default=None, help="e.g. 6h: checkpoint and stop "
+                   "before the cluster reaches this age; a rerun continues")
+    t.add_argument("--checkpoint-seconds", type=float, default=30.0)
     t.set_defaults(handler=_tune)
 
 
@@ -86,6 +89,7 @@ def _progress(storage: str, grid_name: str, total: int, stop: threading.Event) -
 
 def _tune(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from damptune import interrupt
     from flows.tune import resolve_locations, tune
     from tasks.grid import DEFAULT_TARGETS, GridSettings, cells_of
 
@@ -101,6 +105,7 @@ def _tune(args: argparse.Namespace) -> int:
     cells = cells_of(networks=args.networks, algorithms=args.algorithms, models=args.models,
                      settings=settings)  # bad input fails here, before any server starts
     resolve_locations(settings)
+    interrupt.install_sigterm_handler()
     stop = threading.Event()
     if not args.no_progress:
         threading.Thread(target=_progress, daemon=True,
@@ -113,7 +118,9 @@ def _tune(args: argparse.Namespace) -> int:
                     seed=args.seed, sampler=args.sampler, pruner=args.pruner,
                     grid_name=args.grid_name, run_dir=settings.run_dir,
                     storage=settings.storage, tracking_uri=settings.tracking_uri,
-                    cluster=args.cluster, max_concurrent_cells=args.concurrent_cells)
+                    cluster=args.cluster, max_concurrent_cells=args.concurrent_cells,
+                    max_cluster_lifetime=args.max_cluster_lifetime,
+                    checkpoint_seconds=args.checkpoint_seconds)
     finally:
         stop.set()
     _print_rows(rows, as_json=False)
@@ -145,7 +152,8 @@ def _print_rows(rows: list[dict[str, Any]], *, as_json: bool) -> None:
                            for k, v in row["best_params"].items()) or "-"
         print(f"n{row['network']:<3} {row['algorithm']:<11} {row['model']:<8} best {value:<12}"
               f" {params:<40} complete {row['n_complete']}, pruned {row['n_pruned']}, "
-              f"failed {row['n_failed']}")
+              f"failed {row['n_failed']}" + (f", interrupted {row['n_running']}"
+                                              if row["n_running"] else ""))
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ It only wires things: validate the parameters, open the cluster, submit one cell
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from typing import Any
 
@@ -15,6 +16,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from damptune import ConfigError, interrupt
 from tasks import tracking
 from tasks.cell import run_cell
 from tasks.clusters import open_cluster
@@ -60,6 +62,10 @@ def tune(
     cluster: str = "local",
     max_concurrent_cells: int = 2,
     max_concurrent_trials: int = 1,
+    checkpoint_seconds: float = 30.0,
+    checkpoint_every: int = 0,
+    checkpoint_root: str | None = None,
+    max_cluster_lifetime: str | None = None,
 ) -> list[dict[str, Any]]:
     """Tune every cell's damping; return one summary per cell (best params, value, counts).
 
@@ -78,22 +84,37 @@ def tune(
         storage: Optuna storage URL (default SQLite in the run directory).
         tracking_uri: MLflow tracking URI (default ``$MLFLOW_TRACKING_URI``, else SQLite).
         cluster: ``local``, a scheduler address, or a cluster YAML file (see infra/).
+        checkpoint_seconds: seconds of training between a trial's checkpoints (a kill loses at
+            most this much work); ``checkpoint_every`` adds a cadence in updates.
+        checkpoint_root: where trial checkpoints go: a path or any fsspec URL (``s3://…`` with
+            s3fs installed); default the run directory.
+        max_cluster_lifetime: e.g. ``"6h"``: trials checkpoint and stop, *interrupted*, before
+            the cluster reaches this age (counted from the flow run's start); a rerun resumes
+            them.
     """
+    started = time.time()
+    lifetime = interrupt.parse_duration(max_cluster_lifetime)
+    if not (isinstance(checkpoint_seconds, int | float) and checkpoint_seconds > 0):
+        raise ConfigError("checkpoint_seconds", checkpoint_seconds, "a positive number")
+    margin = min(max(60.0, 2 * checkpoint_seconds), lifetime / 2) if lifetime else 0.0
     settings = GridSettings(
         grid_name=grid_name, dataset=dataset, trials=trials, epochs=epochs,
         target_accuracy=target_accuracy, profile=profile, mode=mode,
         per_worker_batch=per_worker_batch, seed=seed, sampler=sampler, pruner=pruner,
         run_dir=run_dir or "", storage=storage or "", tracking_uri=tracking_uri or "",
+        checkpoint_seconds=float(checkpoint_seconds), checkpoint_every=int(checkpoint_every),
+        checkpoint_root=checkpoint_root or "",
+        deadline=started + lifetime - margin if lifetime else 0.0,
     )
     cells = cells_of(networks=networks, algorithms=algorithms, models=models, settings=settings)
     for name, value in (("max_concurrent_cells", max_concurrent_cells),
                         ("max_concurrent_trials", max_concurrent_trials)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            from damptune import ConfigError
-
             raise ConfigError(name, value, "a positive integer")
     resolve_locations(settings)
     logger = get_run_logger()
+    interrupt.clear()
+    interrupt.install_sigterm_handler()  # a SIGTERM checkpoints the trials, then stops
     logger.info("grid %s: %d cells x %d trials; run dir %s; optuna %s; mlflow %s",
                 grid_name, len(cells), trials, settings.run_dir,
                 tracking.redact(settings.storage), tracking.redact(settings.tracking_uri))
@@ -142,6 +163,11 @@ def tune(
                                  key=f"summary-{grid_name}".lower().replace("_", "-"))
     if failures:
         raise RuntimeError(f"{len(failures)} cell(s) failed: " + "; ".join(failures))
+    running = sum(r["n_running"] for r in rows)
+    if running:
+        logger.warning("%d trial(s) were interrupted (%s); they are checkpointed and a rerun "
+                       "of this grid continues them", running, interrupt.requested() or
+                       "cluster lifetime or lost cluster")
     return rows
 
 

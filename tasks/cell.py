@@ -7,6 +7,7 @@ its trials never starves them of threads, whatever the number of cells and trial
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import optuna
@@ -14,10 +15,19 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from damptune import interrupt
 from models import load_dataset
 from tasks import tracking
 from tasks.grid import Cell, GridSettings
-from tasks.search import count_finished, distributions, open_study, study_name
+from tasks.leases import leases_for
+from tasks.search import (
+    count_finished,
+    distributions,
+    open_study,
+    sampler_for,
+    study_name,
+    with_storage_retries,
+)
 from tasks.trial import run_trial
 
 __all__ = ["run_cell", "summarize"]
@@ -41,6 +51,7 @@ def summarize(study: optuna.Study, cell: Cell) -> dict[str, Any]:
         "n_complete": len(complete),
         "n_pruned": sum(t.state == State.PRUNED for t in trials),
         "n_failed": sum(t.state == State.FAIL for t in trials),
+        "n_running": sum(t.state == State.RUNNING for t in trials),
     }
 
 
@@ -65,7 +76,7 @@ def run_cell(
     c = Cell(**cell)
     log = _logger()
     n_train = len(load_dataset(grid.dataset, seed=grid.seed).y_train)
-    study = open_study(grid, c, n_train=n_train)
+    study = with_storage_retries(lambda: open_study(grid, c, n_train=n_train))
     space = distributions(grid, c)
 
     client = tracking.client_for(grid.tracking_uri)
@@ -80,31 +91,87 @@ def run_cell(
     })
 
     client.update_run(parent, status="RUNNING")
-    with ThreadPoolTaskRunner(max_workers=max_concurrent_trials) as runner:
-        while (remaining := grid.trials - count_finished(study)) > 0:
-            batch = [study.ask(space) for _ in range(min(max_concurrent_trials, remaining))]
-            futures = [
-                (t, runner.submit(run_trial, {
-                    "settings": settings, "cell_key": c.key, "cell": cell, "number": t.number,
-                    "trial_id": t._trial_id, "params": t.params, "pool_key": pool_key,
-                    "experiment_id": exp_id, "parent_run_id": parent,
-                }))
-                for t in batch
-            ]
-            for t, future in futures:
-                try:
-                    result = future.result()
-                except Exception as exc:  # noqa: BLE001 - recorded as a failed trial
-                    log.warning("trial %s of %s failed: %s", t.number, c.key, exc)
-                    study.tell(t, state=State.FAIL)
-                    continue
-                if result["state"] == "PRUNED":
-                    study.tell(t, state=State.PRUNED)
-                else:
-                    study.tell(t, result["value"])
-                log.info("%s trial %s: %s value=%.4g params=%s", c.key, t.number,
-                         result["state"], result["value"], result["params"])
+    leases = leases_for(grid.storage)
+    owner = pool_key  # this flow run
 
+    def lease(t: optuna.trial.FrozenTrial | optuna.Trial) -> str:
+        return f"{study.study_name}#{t.number}"
+
+    def held_elsewhere() -> int:
+        return sum(leases.held_by_other(lease(t), owner)
+                   for t in study.get_trials(deepcopy=False, states=(State.RUNNING,)))
+
+    def run_batch(batch: list[tuple[int, int, dict[str, Any]]]) -> bool:
+        """Train a batch of (number, trial id, params); False if the run was interrupted."""
+        futures = [(number, trial_id, runner.submit(run_trial, {
+            "settings": settings, "cell_key": c.key, "cell": cell, "number": number,
+            "trial_id": trial_id, "params": params, "pool_key": pool_key,
+            "experiment_id": exp_id, "parent_run_id": parent, "lease_key":
+            f"{study.study_name}#{number}"}))
+            for number, trial_id, params in batch]
+        interrupted = False
+        for number, _trial_id, future in futures:
+            key = f"{study.study_name}#{number}"
+            try:
+                result = future.result()
+            except Exception as exc:  # noqa: BLE001 - recorded as a failed trial
+                log.warning("trial %s of %s failed: %s", number, c.key, exc)
+                with_storage_retries(lambda n=number: study.tell(n, state=State.FAIL))
+                leases.release(key, owner)
+                continue
+            if result["state"] == "INTERRUPTED":  # not a failure: the next run resumes it
+                log.warning("trial %s of %s interrupted: %s", number, c.key, result["reason"])
+                leases.release(key, owner)
+                interrupted = True
+                continue
+            if result["state"] == "PRUNED":
+                with_storage_retries(lambda n=number: study.tell(n, state=State.PRUNED))
+            else:
+                with_storage_retries(lambda n=number, v=result["value"]: study.tell(n, v))
+            leases.release(key, owner)
+            log.info("%s trial %s: %s value=%.4g params=%s", c.key, number, result["state"],
+                     result["value"], result["params"])
+        return not interrupted
+
+    with ThreadPoolTaskRunner(max_workers=max_concurrent_trials) as runner:
+        while True:
+            # 1. trials left RUNNING by an interrupted or dead run: resume them, same numbers
+            stale = [t for t in study.get_trials(deepcopy=False, states=(State.RUNNING,))
+                     if leases.acquire(lease(t), owner)]
+            if stale:
+                for i in range(0, len(stale), max_concurrent_trials):
+                    chunk = stale[i:i + max_concurrent_trials]
+                    if not run_batch([(t.number, t._trial_id, dict(t.params)) for t in chunk]):
+                        return _finish(study, c, client, exp_id, parent, interrupted=True)
+                continue
+            # 2. new trials in deterministic batches: a batch is asked when the previous one is
+            #    finished, each trial's sampler seeded by (grid seed, trial number)
+            elsewhere = held_elsewhere()
+            remaining = grid.trials - count_finished(study) - elsewhere
+            if remaining > 0:
+                batch = []
+                for _ in range(min(max_concurrent_trials, remaining)):
+                    study.sampler = sampler_for(grid, len(study.trials))
+                    t = with_storage_retries(lambda: study.ask(space))
+                    leases.acquire(lease(t), owner)
+                    batch.append((t.number, t._trial_id, dict(t.params)))
+                if not run_batch(batch):
+                    return _finish(study, c, client, exp_id, parent, interrupted=True)
+                continue
+            if elsewhere == 0:
+                break
+            # 3. another live run trains the rest: wait until it finishes them, or dies and
+            #    its leases expire (then step 1 takes them over)
+            if interrupt.requested():
+                return _finish(study, c, client, exp_id, parent, interrupted=True)
+            time.sleep(min(5.0, leases.ttl / 4))
+
+    return _finish(study, c, client, exp_id, parent, interrupted=False)
+
+
+def _finish(study: optuna.Study, c: Cell, client: Any, exp_id: str, parent: str, *,
+            interrupted: bool) -> dict[str, Any]:
+    """Tag the parent run with the best trial and the counts; return the cell's summary."""
     summary = summarize(study, c)
     tags = {"damptune.n_complete": summary["n_complete"],
             "damptune.n_pruned": summary["n_pruned"], "damptune.n_failed": summary["n_failed"]}
@@ -117,6 +184,7 @@ def run_cell(
                      "damptune.best_params": summary["best_params"]})
         client.log_metric(parent, "best_value", float(summary["best_value"]))
     tracking.set_tags(client, parent, tags)
-    client.set_terminated(parent, status="FINISHED")
+    client.set_terminated(parent, status="KILLED" if interrupted else "FINISHED")
     summary["parent_run_id"] = parent
+    summary["interrupted"] = interrupted
     return summary

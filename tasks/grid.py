@@ -56,6 +56,10 @@ class GridSettings:
     storage: str = ""  # Optuna storage URL
     tracking_uri: str = ""  # MLflow tracking URI
     metrics_every: int = 5  # log update metrics to MLflow every N updates (and on changes)
+    checkpoint_every: int = 0  # updates between a trial's checkpoints (0: by time only)
+    checkpoint_seconds: float = 30.0  # seconds of training between a trial's checkpoints
+    deadline: float = 0.0  # time.time() by which trials checkpoint and stop (0: none)
+    checkpoint_root: str = ""  # where trial checkpoints go: a path or fsspec URL (default run dir)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from tasks.search import storage_for
 __all__ = ["grid_rows", "write_summary", "COLUMNS", "read_meta", "write_meta"]
 
 COLUMNS = ("network", "algorithm", "model", "best_value", "best_params", "n_complete",
-           "n_pruned", "n_failed", "study")
+           "n_pruned", "n_failed", "n_running", "study")
 META = "grid.json"
 
 

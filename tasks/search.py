@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
-from damptune import DAMPERS, Param
+from damptune import DAMPERS, DamptuneError, Param
 from tasks.grid import Cell, GridSettings
 
 __all__ = [
     "storage_for", "study_name", "open_study", "distributions", "count_finished", "FINISHED",
+    "sampler_for", "pruner_for", "trial_seed", "with_storage_retries", "StorageUnavailable",
 ]
 
 FINISHED = (
@@ -21,6 +25,7 @@ FINISHED = (
     optuna.trial.TrialState.PRUNED,
     optuna.trial.TrialState.FAIL,
 )
+T = TypeVar("T")
 LR_PARAM = Param("lr", 1e-3, 0.5, log=True, doc="learning rate (the sgd baseline's only knob)")
 
 
@@ -60,13 +65,21 @@ def distributions(settings: GridSettings, cell: Cell) -> dict[str, BaseDistribut
     return out
 
 
-def _sampler(settings: GridSettings) -> optuna.samplers.BaseSampler:
+def trial_seed(seed: int, number: int) -> int:
+    """The sampler's seed for trial ``number``: a function of the grid seed and the number
+    only, so a killed and resumed grid asks the same hyperparameters for each trial."""
+    digest = hashlib.sha256(f"damptune:{seed}:{number}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def sampler_for(settings: GridSettings, number: int = 0) -> optuna.samplers.BaseSampler:
+    seed = trial_seed(settings.seed, number)
     if settings.sampler == "gp":
-        return optuna.samplers.GPSampler(seed=settings.seed)
-    return optuna.samplers.TPESampler(seed=settings.seed, n_startup_trials=4)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=4)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
 
 
-def _pruner(settings: GridSettings, n_train: int) -> optuna.pruners.BasePruner:
+def pruner_for(settings: GridSettings, n_train: int) -> optuna.pruners.BasePruner:
     """Resources are examples seen: one epoch at least, the whole budget at most."""
     if settings.pruner == "none":
         return optuna.pruners.NopPruner()
@@ -86,8 +99,8 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
         study_name=study_name(settings, cell),
         storage=storage_for(settings.storage),
         direction="minimize",
-        sampler=_sampler(settings),
-        pruner=_pruner(settings, n_train),
+        sampler=sampler_for(settings),
+        pruner=pruner_for(settings, n_train),
         load_if_exists=True,
     )
     for key, value in {"grid": settings.grid_name, "network": cell.network,
@@ -105,3 +118,24 @@ def count_finished(study: optuna.Study) -> int:
 
 def trial_params(trial: optuna.trial.FrozenTrial | Any) -> dict[str, Any]:
     return dict(trial.params)
+
+
+def with_storage_retries(fn: Callable[[], T], *, attempts: int = 5, delay: float = 0.5) -> T:
+    """Retry an Optuna storage call while the database is briefly unreachable or locked;
+    then a clear error. Bad input is not retried."""
+    from sqlalchemy.exc import OperationalError
+
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except OperationalError as exc:
+            if attempt == attempts - 1:
+                raise StorageUnavailable(
+                    f"the Optuna storage did not answer after {attempts} attempts: {exc}. "
+                    "Nothing was lost; rerun when it is back.") from exc
+            time.sleep(delay * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+class StorageUnavailable(DamptuneError):
+    """The Optuna storage stayed unreachable through the retries."""

@@ -18,12 +18,13 @@ import optuna
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from damptune import StopTraining, TrainConfig, TrainData, train
+from damptune import ClusterError, StopTraining, TrainConfig, TrainData, train
 from damptune.config import import_path
 from models import load_dataset, model_class
 from tasks import tracking
 from tasks.clusters import pool_for
 from tasks.grid import Cell, GridSettings
+from tasks.leases import Heartbeat, leases_for
 from tasks.search import open_study
 
 __all__ = ["run_trial", "objective", "trial_config"]
@@ -68,7 +69,8 @@ def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
         seed=settings.seed,
         mode=settings.mode,
         profile=settings.profile,
-        checkpoint_every=int(settings.extra.get("checkpoint_every", 0)) or None,
+        checkpoint_every=settings.checkpoint_every or None,
+        checkpoint_seconds=settings.checkpoint_seconds or None,
         timeout=float(settings.extra.get("rank_timeout", 300.0)),
     )
 
@@ -85,8 +87,10 @@ def run_trial(
     pool_key: str,
     experiment_id: str,
     parent_run_id: str,
+    lease_key: str = "",
 ) -> dict[str, Any]:
-    """Train trial ``number`` of the cell; return its state, value and MLflow run id."""
+    """Train trial ``number`` of the cell (continuing its checkpoint if there is one); return
+    its state (COMPLETE, PRUNED or INTERRUPTED), value and MLflow run id."""
     grid = GridSettings(**settings)
     c = Cell(**cell)
     target = grid.target_for(c.model)
@@ -103,6 +107,7 @@ def run_trial(
                 "profile": grid.profile, "target_accuracy": target,
                 "epochs": grid.epochs, **{f"hp.{k}": v for k, v in params.items()}},
     )
+    client.update_run(run_id, status="RUNNING")  # a resumed trial continues its run
     metrics = tracking.MetricBuffer(client, run_id)
     last = {"batch_size": None, "n_workers": None}
 
@@ -122,18 +127,33 @@ def run_trial(
         if trial.should_prune():
             raise StopTraining(f"pruned by Optuna at {record['examples_seen']} examples")
 
-    checkpoint = os.path.join(grid.run_dir, "checkpoints", cell_key, f"trial-{number}.pt")
+    checkpoint = os.path.join(grid.checkpoint_root or grid.run_dir, "checkpoints", cell_key,
+                              f"trial-{number}.pt")
+    heartbeat = Heartbeat(leases_for(grid.storage), lease_key or f"{study.study_name}#{number}",
+                          pool_key)
     try:
-        with pool_for(pool_key).acquire(c.network) as workers:
+        with heartbeat, pool_for(pool_key).acquire(c.network) as workers:
             state = train(config, TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test,
                                                         ds.y_test),
                           cluster=pool_for(pool_key).address, workers=workers,
-                          callback=on_record, checkpoint_path=checkpoint, resume=True)
+                          callback=on_record, checkpoint_path=checkpoint, resume=True,
+                          should_stop=lambda: "another run took the trial's lease"
+                          if heartbeat.lost.is_set() else None,
+                          deadline=grid.deadline or None)
+    except ClusterError as exc:  # the cluster went away (spot reclaim): not the trial's fault
+        metrics.flush()
+        client.set_terminated(run_id, status="KILLED")
+        return {"number": number, "state": "INTERRUPTED", "reason": f"cluster lost: {exc}",
+                "value": None, "run_id": run_id, "params": params}
     except BaseException:
         metrics.flush()
         client.set_terminated(run_id, status="FAILED")
         raise
     metrics.flush()
+    if state.interrupted:
+        client.set_terminated(run_id, status="KILLED")
+        return {"number": number, "state": "INTERRUPTED", "reason": state.stopped,
+                "value": None, "run_id": run_id, "params": params}
     value, reached, best = objective(state.history, target=target)
     pruned = state.stopped is not None and state.stopped != TARGET_REACHED
     final = {"objective": value, "reached_target": float(reached), "best_accuracy": best,

@@ -1,0 +1,164 @@
+"""Spot-cluster resilience of the engine: checkpoint cadence and generations, interruption
+(a caller, a deadline, SIGTERM), and lost Dask workers in both modes."""
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from distributed import Client
+
+from damptune import TrainData, interrupt, load_checkpoint, train
+from damptune.checkpoint import checkpoint_paths
+from damptune.cluster import local_cluster
+
+from .test_checkpoint import assert_same_run
+from .test_modes import config
+
+KW = dict(min_workers=1, per_worker_batch=16, damper="padadamp",
+          damper_kwargs={"initial": 16, "rate": 0.5}, max_epochs=3)
+
+
+def data_of(blobs):
+    X, y, Xt, yt = blobs
+    return TrainData.from_arrays(X, y, Xt, yt)
+
+
+def test_checkpoints_by_time_keep_generations(blobs, tmp_path):
+    path = str(tmp_path / "c.pt")
+    train(config("local", 4, checkpoint_seconds=1e-4, checkpoint_keep=3, **KW), data_of(blobs),
+          checkpoint_path=path)
+    files = checkpoint_paths(path, 3)
+    assert all(os.path.exists(f) for f in files)
+    updates = [load_checkpoint(f)["counters"]["update"] for f in files]
+    assert updates[0] > updates[1] > updates[2]  # newest first, one per interval
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_previous(blobs, tmp_path, caplog):
+    data = data_of(blobs)
+    whole = train(config("local", 4, **KW), data)
+    path = str(tmp_path / "c.pt")
+    train(config("local", 4, max_updates=9, checkpoint_every=3, **KW), data,
+          checkpoint_path=path)
+    with open(path, "wb") as f:  # a partial write of the newest checkpoint
+        f.write(b"\x80\x02truncated")
+    with caplog.at_level(logging.WARNING, logger="damptune.checkpoint"):
+        resumed = train(config("local", 4, **KW), data, checkpoint_path=path, resume=True)
+    assert "unreadable checkpoint" in caplog.text
+    assert_same_run(whole, resumed)
+
+
+@pytest.mark.parametrize("mode", ["local", "centralized", "decentralized"])
+def test_interrupted_run_resumes_identically(blobs, scheduler, tmp_path, mode):
+    """The decentralized driver is asked between segments (evaluations, ~1 s), the others
+    after every update."""
+    data = data_of(blobs)
+    kw = {**KW, "max_epochs": 6}
+    whole = train(config(mode, 4, **kw), data, cluster=scheduler)
+    path = str(tmp_path / "c.pt")
+    calls = []
+    threshold = 2 if mode == "decentralized" else 9
+
+    def stop_after_a_while():
+        calls.append(1)
+        return "spot reclaim" if len(calls) >= threshold else None
+
+    part = train(config(mode, 4, **kw), data, cluster=scheduler, checkpoint_path=path,
+                 should_stop=stop_after_a_while)
+    assert part.interrupted and "spot reclaim" in part.stopped
+    assert 0 < part.update < whole.update
+    resumed = train(config(mode, 4, **kw), data, cluster=scheduler, checkpoint_path=path,
+                    resume=True)
+    assert not resumed.interrupted
+    assert_same_run(whole, resumed)
+
+
+def test_deadline_interrupts_before_the_limit(blobs, tmp_path):
+    state = train(config("local", 4, **KW), data_of(blobs), deadline=time.time() - 1,
+                  checkpoint_path=str(tmp_path / "c.pt"))
+    assert state.interrupted and "lifetime" in state.stopped and state.update == 1
+    assert load_checkpoint(str(tmp_path / "c.pt"))["counters"]["update"] == 1
+
+
+def test_interrupt_request_is_process_wide(blobs):
+    interrupt.request("test")
+    try:
+        state = train(config("local", 4, **KW), data_of(blobs))
+    finally:
+        interrupt.clear()
+    assert state.interrupted and state.update == 1
+
+
+def test_sigterm_checkpoints_and_resume_matches(tmp_path):
+    """A real SIGTERM to `damptune train`: it checkpoints and exits; --resume finishes with the
+    same weights as a run never interrupted."""
+    args = [sys.executable, "-m", "damptune", "train", "--model", "mlp", "--dataset",
+            "synthetic", "--damper", "padadamp", "--param", "rate=0.2", "--initial", "16",
+            "--epochs", "30", "--mode", "local", "--json", "--no-progress"]
+    whole = tmp_path / "whole.pt"
+    out = subprocess.run(args + ["--checkpoint", str(whole)], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    part = tmp_path / "part.pt"
+    proc = subprocess.Popen(args + ["--checkpoint", str(part), "--checkpoint-seconds", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not part.exists() and time.monotonic() < deadline:  # training has started
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["interrupted"], stderr
+    assert load_checkpoint(str(part))["counters"]["update"] > 0
+    out = subprocess.run(args + ["--checkpoint", str(part), "--resume"], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    a, b = load_checkpoint(str(whole)), load_checkpoint(str(part))
+    assert a["counters"]["update"] == b["counters"]["update"]
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+
+
+@pytest.fixture
+def fragile_cluster(tmp_path):
+    """A cluster of its own: these tests kill its workers (the nanny restarts them)."""
+    cluster = local_cluster(n_workers=3, local_directory=str(tmp_path / "dask"))
+    yield cluster
+    cluster.close()
+
+
+def kill_worker_after(scheduler, rank_address_index, seconds):
+    """Kill a worker process (SIGKILL) from a thread, after a delay."""
+    import threading
+
+    def kill():
+        time.sleep(seconds)
+        with Client(scheduler, timeout="10s") as client:
+            workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+            pid = client.run(os.getpid, workers=[workers[rank_address_index]])
+            os.kill(next(iter(pid.values())), signal.SIGKILL)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["centralized", "decentralized"])
+def test_lost_worker_does_not_fail_the_run(blobs, fragile_cluster, mode, tmp_path):
+    data = data_of(blobs)
+    address = fragile_cluster.scheduler_address
+    kw = {**KW, "max_epochs": 12, "checkpoint_every": 10}
+    whole = train(config(mode, 2, **kw), data, cluster=address)
+    killer = kill_worker_after(address, 1, 2.0)
+    survived = train(config(mode, 2, **kw), data, cluster=address,
+                     checkpoint_path=str(tmp_path / "c.pt"))
+    killer.join()
+    assert survived.update == whole.update
+    for a, b in zip(whole.model.parameters(), survived.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
