@@ -89,7 +89,7 @@ def _from_yaml(path: str, n_workers: int) -> Any:
         raise ConfigError("cluster", spec["class"],
                           "an importable Dask cluster class (is its package installed?)") from exc
     cluster = cls(**(spec.get("kwargs") or {}))
-    cluster.scale(int(spec.get("workers", n_workers)))
+    cluster.scale(int(spec.get("workers") or n_workers))
     return cluster
 
 

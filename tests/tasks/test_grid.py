@@ -84,3 +84,26 @@ def test_worker_pool_gang_allocates_all_or_nothing():
         pool.acquire(5),
     ):
         pass
+
+
+def test_cluster_from_yaml_is_opened_scaled_and_closed(tmp_path):
+    from distributed import Client
+
+    from tasks.clusters import open_cluster, pool_for
+
+    with open_cluster("infra/cluster-local.yaml", n_workers=2, key="yaml-test",
+                      local_directory=str(tmp_path)) as pool:
+        assert pool.size == 2 and pool_for("yaml-test") is pool
+        with Client(pool.address, timeout="10s") as client:
+            assert len(client.scheduler_info()["workers"]) == 2
+    with pytest.raises(ClusterError):
+        pool_for("yaml-test")
+
+
+def test_unknown_cluster_source_is_refused(tmp_path):
+    from tasks.clusters import open_cluster
+
+    with pytest.raises(ConfigError, match="cluster='kubernetes'"), open_cluster(
+        "kubernetes", n_workers=1, key="x", local_directory=str(tmp_path)
+    ):
+        pass
