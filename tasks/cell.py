@@ -151,7 +151,7 @@ def run_cell(
             if remaining > 0:
                 batch = []
                 for _ in range(min(max_concurrent_trials, remaining)):
-                    study.sampler = sampler_for(grid, len(study.trials))
+                    study.sampler = sampler_for(grid, len(study.trials), study.study_name)
                     t = with_storage_retries(lambda: study.ask(space))
                     leases.acquire(lease(t), owner)
                     batch.append((t.number, t._trial_id, dict(t.params)))

@@ -65,15 +65,17 @@ def distributions(settings: GridSettings, cell: Cell) -> dict[str, BaseDistribut
     return out
 
 
-def trial_seed(seed: int, number: int) -> int:
-    """The sampler's seed for trial ``number``: a function of the grid seed and the number
-    only, so a killed and resumed grid asks the same hyperparameters for each trial."""
-    digest = hashlib.sha256(f"damptune:{seed}:{number}".encode()).digest()
+def trial_seed(seed: int, number: int, study: str = "") -> int:
+    """The sampler's seed for trial ``number`` of ``study``: a function of the grid seed, the
+    study and the number only, so a killed and resumed grid asks the same hyperparameters for
+    each trial (and cells with the same search space do not all try the same points)."""
+    digest = hashlib.sha256(f"damptune:{seed}:{study}:{number}".encode()).digest()
     return int.from_bytes(digest[:4], "little")
 
 
-def sampler_for(settings: GridSettings, number: int = 0) -> optuna.samplers.BaseSampler:
-    seed = trial_seed(settings.seed, number)
+def sampler_for(settings: GridSettings, number: int = 0,
+                study: str = "") -> optuna.samplers.BaseSampler:
+    seed = trial_seed(settings.seed, number, study)
     if settings.sampler == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=4)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)

@@ -95,7 +95,7 @@ def test_stale_running_trial_is_taken_over_under_its_number(tmp_path, scheduler,
     study = open_study(settings, cell, n_train=4000)
     from tasks.search import distributions
 
-    study.sampler = sampler_for(settings, 0)
+    study.sampler = sampler_for(settings, 0, study.study_name)
     dead = study.ask(distributions(settings, cell))  # asked by a run that then died
     Leases(storage, ttl=0.01).acquire(f"{study.study_name}#{dead.number}", "dead-run")
     time.sleep(0.05)
