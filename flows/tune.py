@@ -153,6 +153,7 @@ def tune(
                 failures.append(f"{cell.key}: {exc}")
                 logger.error("cell %s failed: %s", cell.key, exc)
 
+    tracking.wait_plots()
     keys = {c.key for c in cells}
     rows = [r for r in grid_rows(settings.storage, grid_name=grid_name)
             if f"n{r['network']}/{r['algorithm']}/{r['model']}" in keys]

@@ -172,6 +172,9 @@ def run_cell(
 def _finish(study: optuna.Study, c: Cell, client: Any, exp_id: str, parent: str, *,
             interrupted: bool) -> dict[str, Any]:
     """Tag the parent run with the best trial and the counts; return the cell's summary."""
+    tracking.wait_plots([r.info.run_id for r in client.search_runs(
+        [exp_id], f"tags.`damptune.cell` = '{c.key}' and tags.`damptune.kind` = 'trial'",
+        max_results=1000)])
     summary = summarize(study, c)
     tags = {"damptune.n_complete": summary["n_complete"],
             "damptune.n_pruned": summary["n_pruned"], "damptune.n_failed": summary["n_failed"]}

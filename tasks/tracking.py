@@ -6,11 +6,14 @@ from the threads that run cells and trials.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from mlflow.entities import Metric, Param, RunTag
@@ -26,6 +29,8 @@ __all__ = [
     "MetricBuffer",
     "redact",
     "log_plots",
+    "log_plots_later",
+    "wait_plots",
 ]
 
 T = TypeVar("T")
@@ -52,9 +57,18 @@ def with_retries(fn: Callable[[], T], *, what: str, attempts: int = 4, delay: fl
     raise AssertionError("unreachable")
 
 
+_CLIENTS: dict[str, MlflowClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
 def client_for(tracking_uri: str) -> MlflowClient:
+    """One client per tracking URI in this process (shared by its threads): building one
+    over SQLite checks the schema, ~1 s each time."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    return MlflowClient(tracking_uri=tracking_uri)
+    with _CLIENTS_LOCK:
+        if tracking_uri not in _CLIENTS:
+            _CLIENTS[tracking_uri] = MlflowClient(tracking_uri=tracking_uri)
+        return _CLIENTS[tracking_uri]
 
 
 def experiment_id(client: MlflowClient, *, grid_name: str, artifact_root: str) -> str:
@@ -143,6 +157,28 @@ def set_tags(client: MlflowClient, run_id: str, tags: dict[str, Any]) -> None:
     client.log_batch(run_id, tags=[RunTag(k, redact(str(v))) for k, v in tags.items()])
 
 
+_PLOTS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="damptune-plots")
+_PENDING: dict[str, Future[None]] = {}
+
+
+def log_plots_later(client: MlflowClient, run_id: str, history: list[dict[str, Any]], *,
+                    target: float) -> None:
+    """Draw and upload the plots on a background thread; :func:`wait_plots` waits for them."""
+    _PENDING[run_id] = _PLOTS.submit(log_plots, client, run_id, list(history), target=target)
+
+
+def wait_plots(run_ids: list[str] | None = None, *, timeout: float = 300.0) -> None:
+    """Wait for the plots of these runs (all if None); a failed upload is logged, not raised."""
+    for run_id in list(_PENDING) if run_ids is None else run_ids:
+        future = _PENDING.pop(run_id, None)
+        if future is None:
+            continue
+        try:
+            future.result(timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - plots are a convenience, results are kept
+            logging.getLogger("damptune.tasks").warning("plots of run %s: %s", run_id, exc)
+
+
 def log_plots(client: MlflowClient, run_id: str, history: list[dict[str, Any]], *,
               target: float) -> None:
     """Batch size and lr per update; test accuracy against simulated (and measured) time."""
@@ -154,7 +190,7 @@ def log_plots(client: MlflowClient, run_id: str, history: list[dict[str, Any]], 
     updates = [r for r in history if r["kind"] == "update"]
     evals = [r for r in history if r["kind"] == "eval"]
     with tempfile.TemporaryDirectory() as tmp:
-        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=80)
         ax.plot([r["update"] for r in updates], [r["batch_size"] for r in updates],
                 color="tab:blue")
         ax.set_xlabel("model update")
@@ -163,11 +199,10 @@ def log_plots(client: MlflowClient, run_id: str, history: list[dict[str, Any]], 
         ax2.plot([r["update"] for r in updates], [r["lr"] for r in updates], color="tab:red")
         ax2.set_ylabel("learning rate", color="tab:red")
         ax.set_title("damping schedule")
-        fig.tight_layout()
         fig.savefig(os.path.join(tmp, "schedule.png"))
         plt.close(fig)
 
-        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=80)
         ax.plot([r["time_sim"] for r in evals], [r["test_accuracy"] for r in evals], marker="o",
                 label="simulated")
         ax.plot([r["time_elapsed"] for r in evals], [r["test_accuracy"] for r in evals],
@@ -177,7 +212,6 @@ def log_plots(client: MlflowClient, run_id: str, history: list[dict[str, Any]], 
         ax.set_ylabel("test accuracy")
         ax.legend()
         ax.set_title("accuracy vs time")
-        fig.tight_layout()
         fig.savefig(os.path.join(tmp, "accuracy_vs_time.png"))
         plt.close(fig)
         with_retries(lambda: client.log_artifacts(run_id, tmp, artifact_path="plots"),

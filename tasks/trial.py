@@ -162,7 +162,7 @@ def run_trial(
     metrics.add(final, step=state.update)
     metrics.flush()
     tracking.set_tags(client, run_id, {"damptune.state": "PRUNED" if pruned else "COMPLETE"})
-    tracking.log_plots(client, run_id, state.history, target=target)
     client.set_terminated(run_id, status="FINISHED")
+    tracking.log_plots_later(client, run_id, state.history, target=target)  # cell waits
     return {"number": number, "state": "PRUNED" if pruned else "COMPLETE", "value": value,
             "reached": reached, "best_accuracy": best, "run_id": run_id, "params": params}
