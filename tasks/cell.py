@@ -82,13 +82,14 @@ def run_cell(
     client = tracking.client_for(grid.tracking_uri)
     exp_id = tracking.experiment_id(client, grid_name=grid.grid_name,
                                     artifact_root=f"{grid.run_dir}/mlartifacts")
-    parent = tracking.parent_run(client, exp_id, cell_key=c.key, params={
+    parent = tracking.with_retries(lambda: tracking.parent_run(client, exp_id, cell_key=c.key,
+                                                               params={
         "network": c.network, "algorithm": c.algorithm, "model": c.model,
         "dataset": grid.dataset, "target_accuracy": grid.target_for(c.model),
         "profile": grid.profile, "mode": grid.mode, "trials": grid.trials,
         "epochs": grid.epochs, "seed": grid.seed, "sampler": grid.sampler,
         "pruner": grid.pruner, "study": study_name(grid, c),
-    })
+    }), what="creating the cell's run")
 
     client.update_run(parent, status="RUNNING")
     leases = leases_for(grid.storage)

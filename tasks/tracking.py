@@ -28,6 +28,7 @@ __all__ = [
     "find_trial_run",
     "MetricBuffer",
     "redact",
+    "with_retries",
     "log_plots",
     "log_plots_later",
     "wait_plots",

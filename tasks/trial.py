@@ -100,14 +100,15 @@ def run_trial(
     trial = optuna.trial.Trial(study, trial_id)
 
     client = tracking.client_for(grid.tracking_uri)
-    run_id = tracking.child_run(
+    run_id = tracking.with_retries(lambda: tracking.child_run(
         client, experiment_id, parent_id=parent_run_id, cell_key=cell_key, number=number,
         params={"algorithm": c.algorithm, "network": c.network, "model": c.model,
                 "dataset": grid.dataset, "seed": grid.seed, "mode": grid.mode,
                 "profile": grid.profile, "target_accuracy": target,
                 "epochs": grid.epochs, **{f"hp.{k}": v for k, v in params.items()}},
-    )
-    client.update_run(run_id, status="RUNNING")  # a resumed trial continues its run
+    ), what="creating the trial's run")
+    tracking.with_retries(lambda: client.update_run(run_id, status="RUNNING"),
+                          what="reopening the run")  # a resumed trial continues its run
     metrics = tracking.MetricBuffer(client, run_id)
     last = {"batch_size": None, "n_workers": None}
 
