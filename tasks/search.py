@@ -7,7 +7,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
@@ -116,10 +116,6 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
 
 def count_finished(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
-
-
-def trial_params(trial: optuna.trial.FrozenTrial | Any) -> dict[str, Any]:
-    return dict(trial.params)
 
 
 def with_storage_retries(fn: Callable[[], T], *, attempts: int = 5, delay: float = 0.5) -> T:

@@ -98,14 +98,15 @@ def test_sigterm_checkpoints_and_resume_matches(tmp_path):
     """A real SIGTERM to `damptune train`: it checkpoints and exits; --resume finishes with the
     same weights as a run never interrupted."""
     args = [sys.executable, "-m", "damptune", "train", "--model", "mlp", "--dataset",
-            "synthetic", "--damper", "padadamp", "--param", "rate=0.2", "--initial", "16",
-            "--epochs", "30", "--mode", "local", "--json", "--no-progress"]
+            "synthetic", "--damper", "padadamp", "--param", "rate=0.05", "--initial", "16",
+            "--epochs", "200", "--mode", "local", "--json", "--no-progress"]
     whole = tmp_path / "whole.pt"
     out = subprocess.run(args + ["--checkpoint", str(whole)], capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["train_seconds"] > 2  # room for a signal mid-training
     part = tmp_path / "part.pt"
-    proc = subprocess.Popen(args + ["--checkpoint", str(part), "--checkpoint-seconds", "1"],
+    proc = subprocess.Popen(args + ["--checkpoint", str(part), "--checkpoint-seconds", "0.3"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not part.exists() and time.monotonic() < deadline:  # training has started
