@@ -21,7 +21,7 @@ import torch
 from distributed import Client
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from damptune.cluster import gather_within, worker_addresses
+from damptune.cluster import gather_within, scatter_data, worker_addresses
 from damptune.config import TrainConfig
 from damptune.errors import ClusterError
 from damptune.loop import FLAG_NONE, LocalOps, shard_forward
@@ -147,6 +147,9 @@ class CentralizedOps:
         if not self.workers:
             self.client.wait_for_workers(1, timeout=self.config.timeout)
             self.workers = worker_addresses(self.client)
+        if not alive:  # the whole cluster was lost: the scattered data went with it
+            self.ranks.clear()
+            self.data_future = scatter_data(self.client, self.data)
         time.sleep(0.2 * attempt)
 
     def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, int]:

@@ -78,7 +78,8 @@ def scatter_data(client: Client, data: TrainData) -> Any:
             digest.update(str(tuple(t.shape)).encode())
             digest.update(t.detach().cpu().contiguous().numpy().tobytes())
     key = (client.id, digest.hexdigest())
-    if key not in _SCATTERED:
+    if key not in _SCATTERED or _SCATTERED[key].status != "finished":
+        # first time, or every worker holding it died: send it again from here
         _SCATTERED[key] = client.scatter(data, broadcast=True, hash=False)
     return _SCATTERED[key]
 

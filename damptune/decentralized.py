@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from distributed import Client, get_worker
 
-from damptune.cluster import gather_within, worker_addresses
+from damptune.cluster import gather_within, scatter_data, worker_addresses
 from damptune.config import TrainConfig, n_workers_for
 from damptune.errors import ClusterError, DamptuneError
 from damptune.loop import (
@@ -197,7 +197,8 @@ class DecentralizedRunner:
     """Drives segments on a group of ranks and re-forms the group when P changes."""
 
     def __init__(
-        self, *, client: Client, config: TrainConfig, data_future: Any, workers: list[str]
+        self, *, client: Client, config: TrainConfig, data: TrainData, data_future: Any,
+        workers: list[str],
     ) -> None:
         if config.max_workers > len(workers):
             raise ClusterError(
@@ -205,7 +206,7 @@ class DecentralizedRunner:
                 f"{config.max_workers} but the cluster has {len(workers)} worker(s). "
                 "Lower max_workers or add workers."
             )
-        self.client, self.config, self.data_future = client, config, data_future
+        self.client, self.config, self.data, self.data_future = client, config, data, data_future
         self.workers = list(workers)
         self.known = set(worker_addresses(client))  # workers that were there before this run
         self.group_key: str | None = None
@@ -307,6 +308,7 @@ class DecentralizedRunner:
             self.group_key, self.ranks = None, []
         del state.history[self.synced_len:]
         self.workers = self._live_workers(need=self.config.max_workers)
+        self.data_future = scatter_data(self.client, self.data)  # again if its holders died
 
     def _live_workers(self, *, need: int) -> list[str]:
         """Our workers still alive, then workers that joined since (e.g. restarted ones)."""

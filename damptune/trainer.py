@@ -202,7 +202,8 @@ def train(
                 ))
             else:
                 runner = DecentralizedRunner(
-                    client=client, config=config, data_future=data_future, workers=workers
+                    client=client, config=config, data=data, data_future=data_future,
+                    workers=workers,
                 )
         # loop: run to the next boundary; checkpoint there
         try:

@@ -133,33 +133,60 @@ def fragile_cluster(tmp_path):
     cluster.close()
 
 
-def kill_worker_after(scheduler, rank_address_index, seconds):
-    """Kill a worker process (SIGKILL) from a thread, after a delay."""
-    import threading
+def killer_at_update(scheduler, which, at_update=30):
+    """A callback that SIGKILLs worker processes when the run reaches ``at_update`` (so the
+    kill lands mid-run, whatever the machine's speed): ``which`` picks them from the sorted
+    worker addresses."""
+    done = []
 
-    def kill():
-        time.sleep(seconds)
+    def callback(record):
+        if done or record.get("update", 0) < at_update:
+            return
+        done.append(record["update"])
         with Client(scheduler, timeout="10s") as client:
             workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
-            pid = client.run(os.getpid, workers=[workers[rank_address_index]])
-            os.kill(next(iter(pid.values())), signal.SIGKILL)
+            pids = client.run(os.getpid, workers=which(workers))
+        for pid in pids.values():
+            os.kill(pid, signal.SIGKILL)
 
-    thread = threading.Thread(target=kill, daemon=True)
-    thread.start()
-    return thread
+    callback.done = done
+    return callback
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["centralized", "decentralized"])
-def test_lost_worker_does_not_fail_the_run(blobs, fragile_cluster, mode, tmp_path):
+def test_lost_worker_does_not_fail_the_run(blobs, fragile_cluster, mode, tmp_path, caplog):
     data = data_of(blobs)
     address = fragile_cluster.scheduler_address
     kw = {**KW, "max_epochs": 12, "checkpoint_every": 10}
     whole = train(config(mode, 2, **kw), data, cluster=address)
-    killer = kill_worker_after(address, 1, 2.0)
-    survived = train(config(mode, 2, **kw), data, cluster=address,
-                     checkpoint_path=str(tmp_path / "c.pt"))
-    killer.join()
+    killer = killer_at_update(address, lambda workers: workers[1:2])
+    with caplog.at_level(logging.WARNING, logger="damptune"):
+        survived = train(config(mode, 2, **kw), data, cluster=address, callback=killer,
+                         checkpoint_path=str(tmp_path / "c.pt"))
+    assert killer.done and "lost" in caplog.text  # killed mid-run, and recovered from
+    assert survived.update == whole.update
+    for a, b in zip(whole.model.parameters(), survived.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["centralized", "decentralized"])
+def test_losing_the_whole_cluster_does_not_fail_the_run(blobs, fragile_cluster, mode,
+                                                         tmp_path, caplog):
+    """Every worker SIGKILLed mid-run (their nannies start new ones, with new addresses): the
+    data is sent again, the ranks start over on the new workers, and the run ends with the
+    same weights as an undisturbed one."""
+    data = data_of(blobs)
+    address = fragile_cluster.scheduler_address
+    kw = {**KW, "max_epochs": 12, "checkpoint_every": 10}
+    whole = train(config(mode, 2, **kw), data, cluster=address)
+
+    killer = killer_at_update(address, lambda workers: workers)
+    with caplog.at_level(logging.WARNING, logger="damptune"):
+        survived = train(config(mode, 2, **kw), data, cluster=address, callback=killer,
+                         checkpoint_path=str(tmp_path / "c.pt"))
+    assert killer.done and "lost" in caplog.text  # killed mid-run, and recovered from
     assert survived.update == whole.update
     for a, b in zip(whole.model.parameters(), survived.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
