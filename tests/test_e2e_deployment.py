@@ -123,3 +123,59 @@ def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path):
     kept = REPO_ROOT / "runs" / "screenshots" / "mlflow-ui.png"
     kept.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(png, kept)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path):
+    """Fault injection: SIGKILL the Prefect worker while the grid trains, bring the stack back
+    (a new worker), run the deployment again: every trial finished exactly once in Optuna and
+    one MLflow run per trial on the server."""
+    import signal
+    import time
+
+    from infra.stack import up
+
+    run_dir = tmp_path / "grid"
+    stack_dir = tmp_path / "stack"
+    ports = {"prefect_port": free_port(), "mlflow_port": free_port()}
+    params = {"networks": [2], "algorithms": ["geodamp", "padadamp"], "models": ["mlp"],
+              "trials": 3, "epochs": 3, "target_accuracy": 0.45, "checkpoint_seconds": 0.5,
+              "grid_name": "killed", "run_dir": str(run_dir)}
+    run_args = []
+    for key, value in params.items():
+        run_args += ["--param", f"{key}={json.dumps(value)}"]
+    with running_stack(stack_dir, **ports) as stack:
+        env = {**os.environ, **stack.env}
+        _cli(env, "deploy", "--all")
+        _cli(env, "deployment", "run", "tune/smoke", *run_args)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not list(run_dir.rglob("*.pt")):
+            time.sleep(0.5)  # until trials train
+        assert list(run_dir.rglob("*.pt")), "the grid never started training"
+        worker_pid = int((stack_dir / "pids" / "prefect-worker.pid").read_text())
+        os.kill(worker_pid, signal.SIGKILL)
+
+        up(stack_dir, **ports)  # a new worker; runs whose process died are marked Crashed
+        created = _cli(env, "deployment", "run", "tune/smoke", *run_args)
+        second = next(line.split()[-1] for line in created.stdout.splitlines() if "UUID" in line)
+        flow_run = wait_for_flow_run(stack.prefect_api_url, second, timeout_s=1200)
+        assert flow_run["state"]["type"] == "COMPLETED", _flow_run_logs(
+            stack.prefect_api_url, second)
+
+        storage = f"sqlite:///{run_dir}/optuna.db"
+        for algorithm in params["algorithms"]:
+            study = optuna.load_study(study_name=f"killed/n2/{algorithm}/mlp", storage=storage)
+            assert [t.number for t in study.trials] == [0, 1, 2]
+            assert all(t.state.is_finished() and t.state.name != "FAIL" for t in study.trials)
+        experiment = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/experiments/get-by-name"
+                          f"?experiment_name=damptune-killed")["experiment"]
+        runs = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/runs/search",
+                    {"experiment_ids": [experiment["experiment_id"]],
+                     "max_results": 1000}).get("runs", [])
+        trial_keys = []
+        for r in runs:
+            tags = {t["key"]: t["value"] for t in r["data"].get("tags", [])}
+            if tags.get("damptune.kind") == "trial":
+                trial_keys.append((tags["damptune.cell"], tags["damptune.trial_number"]))
+        assert len(trial_keys) == 6 and len(set(trial_keys)) == 6
