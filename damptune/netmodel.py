@@ -45,6 +45,7 @@ import json
 import math
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -287,6 +288,17 @@ def calibrate_compute(
     ``fixed + n · per_example``; the result is cached under ``key`` (model, device, batch
     sizes) in ``$DAMPTUNE_CACHE/compute.json``.
     """
+    with _CALIBRATION_LOCK:  # concurrent runs of one process wait for one measurement
+        return _calibrate(key, step, batch_sizes=batch_sizes, repeats=repeats, cache=cache)
+
+
+_CALIBRATION_LOCK = threading.Lock()
+
+
+def _calibrate(
+    key: str, step: Callable[[int], None], *, batch_sizes: tuple[int, ...], repeats: int,
+    cache: bool,
+) -> tuple[float, float]:
     path = _cache_file()
     full_key = f"{key}|{','.join(map(str, batch_sizes))}"
     if cache and path.exists():
