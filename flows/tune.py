@@ -20,6 +20,7 @@ from damptune import ConfigError, interrupt
 from tasks import tracking
 from tasks.cell import run_cell
 from tasks.clusters import open_cluster
+from tasks.console import keep_running_without_console
 from tasks.grid import ALGORITHMS, DEFAULT_TARGETS, MODEL_NAMES, GridSettings, cells_of
 from tasks.report import grid_rows, write_meta, write_summary
 from tasks.search import storage_for
@@ -133,6 +134,7 @@ def tune(
     settings_dict = settings.to_dict()
     failures = []
     with (
+        keep_running_without_console(logger.warning),  # its Prefect worker may die first
         open_cluster(cluster, n_workers=max(networks), key=pool_key,
                      local_directory=os.path.join(settings.run_dir, "dask")),
         ThreadPoolTaskRunner(max_workers=max_concurrent_cells) as runner,
