@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,14 @@ from damptune.dampers import Damper, Step
 from damptune.errors import CheckpointError
 from damptune.sampler import EpochSampler
 
-__all__ = ["TrainData", "TrainState", "build_model", "resolve_device", "CHECKPOINT_FORMAT"]
+__all__ = ["TrainData", "TrainState", "build_model", "resolve_device", "CHECKPOINT_FORMAT",
+           "GLOBAL_RNG_LOCK"]
+
+# torch's default generator is one per process. Runs that train in threads of one process (the
+# cells of a grid) must not interleave its use: one run seeding it while another draws from it,
+# or restores a saved state, would change the other's initial weights. Hold this lock around
+# any seed → draw → restore sequence on the default generator.
+GLOBAL_RNG_LOCK = threading.RLock()
 
 CHECKPOINT_FORMAT = 1
 
@@ -62,9 +70,13 @@ def resolve_device(config: TrainConfig, local_rank: int = 0) -> torch.device:
 
 
 def build_model(config: TrainConfig) -> nn.Module:
-    """The model with its seeded initial weights (identical in every process)."""
-    torch.manual_seed(config.seed)
-    model = resolve(config.module)(**config.module_kwargs)
+    """The model with its seeded initial weights (identical in every process and thread).
+
+    The default generator's state is left as it was (other runs of the process may be using
+    it)."""
+    with GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = resolve(config.module)(**config.module_kwargs)
     if not isinstance(model, nn.Module):
         raise TypeError(f"module={config.module!r} built a {type(model).__name__}, not a Module")
     return model
@@ -152,7 +164,8 @@ class TrainState:
         self.time_sim = float(c["time_sim"])
         ps = c["pending_step"]
         self.pending_step = None if ps is None else Step(**ps)
-        torch.set_rng_state(ckpt["rng"]["torch"])
+        with GLOBAL_RNG_LOCK:
+            torch.set_rng_state(ckpt["rng"]["torch"])
         state = random.getstate()
         random.setstate((state[0], tuple(ckpt["rng"]["python"]), state[2]))
         if "history" in ckpt:  # ranks get checkpoints without it; the driver keeps it
