@@ -3,8 +3,9 @@
 Each round starts ``damptune tune`` on the same run directory and kills its whole process
 group (the flow, its Dask workers) after a random time. A last run finishes the grid. The
 report: kills injected, trials finished, duplicates (Optuna trials beyond the total, MLflow
-runs per trial beyond one) and lost work (updates trained twice, read from the MLflow metric
-history: a step logged twice was redone after a kill).
+runs per trial beyond one) and lost work: the updates and training seconds each trial redid
+after a kill (``tasks/worklog.py``: every attempt records how far its dead predecessor got past
+the checkpoint it resumes from), against the checkpoint interval.
 
 Run: ``python bench/soak.py --kills 8 [--min-s 10 --max-s 40] [--run-dir runs/soak]``.
 """
@@ -22,6 +23,8 @@ import time
 from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+CHECKPOINT_SECONDS = 2.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [sys.executable, "-m", "damptune", "tune", "--networks", "2,4", "--algorithms",
            "geodamp,padadamp,adadamp", "--models", "mlp", "--trials", str(args.trials),
            "--epochs", "4", "--grid-name", "soak", "--run-dir", args.run_dir,
-           "--checkpoint-seconds", "2", "--no-progress"]
+           "--checkpoint-seconds", str(CHECKPOINT_SECONDS), "--no-progress"]
     env = {**os.environ, "DAMPTUNE_LEASE_TTL": "6", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     rng = random.Random(args.seed)
     t0 = time.monotonic()
@@ -77,18 +80,21 @@ def main(argv: list[str] | None = None) -> int:
                               max_results=5000)
     per_trial = Counter((r.data.tags["damptune.cell"], r.data.tags["damptune.trial_number"])
                         for r in runs)
-    redone, trained = 0, 0
-    for r in runs:
-        steps = Counter(m.step for m in client.get_metric_history(r.info.run_id, "loss"))
-        trained += len(steps)
-        redone += sum(n - 1 for n in steps.values())
+    from tasks.worklog import summary
+
+    work = summary(os.path.abspath(args.run_dir))
+    resumed = [w for w in work.values() if w["attempts"] > 1]
+    lost_updates = sum(w["lost_updates"] for w in work.values())
+    lost_s = sum(w["lost_seconds"] for w in work.values())
+    worst = max((w["max_lost_seconds"] for w in work.values()), default=0.0)
     print("\n| kills | trials finished | states | Optuna trials beyond the total | "
-          "MLflow runs per trial > 1 | logged updates | logged updates redone | wall s |")
-    print("|---|---|---|---|---|---|---|---|")
+          "MLflow runs per trial > 1 | trials resumed after a kill | updates redone | "
+          "training s redone | worst attempt's loss (s) | checkpoint interval (s) | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     print(f"| {args.kills} | {states['COMPLETE'] + states['PRUNED']} / "
           f"{len(studies) * args.trials} | {dict(states)} | {extra} | "
-          f"{sum(1 for n in per_trial.values() if n > 1)} | {trained} | {redone} | "
-          f"{elapsed:.0f} |")
+          f"{sum(1 for n in per_trial.values() if n > 1)} | {len(resumed)} | {lost_updates} | "
+          f"{lost_s:.2f} | {worst:.2f} | {CHECKPOINT_SECONDS:g} | {elapsed:.0f} |")
     return 0
 
 

@@ -44,7 +44,7 @@ from damptune.loop import (
     shard_forward,
 )
 from damptune.netmodel import calibrate_compute
-from damptune.state import TrainData, TrainState, resolve_device
+from damptune.state import GLOBAL_RNG_LOCK, TrainData, TrainState, resolve_device
 
 __all__ = ["train", "calibrate", "Callback"]
 
@@ -91,17 +91,19 @@ def calibrate(config: TrainConfig, data: TrainData, state: TrainState) -> None:
         if state.device.type == "cuda":
             torch.cuda.synchronize()
 
-    threads, rng = torch.get_num_threads(), torch.get_rng_state()
-    torch.set_num_threads(1)
-    try:
-        key = "|".join([config.module, repr(sorted(config.module_kwargs.items())),
-                        str(state.device), f"x{tuple(data.X.shape[1:])}"])
-        sizes = (min(n, config.per_worker_batch), min(n, 4 * config.per_worker_batch))
-        config.compute_fixed, config.compute_per_example = calibrate_compute(
-            key, step, batch_sizes=sizes)
-    finally:
-        torch.set_num_threads(threads)
-        torch.set_rng_state(rng)
+    # it draws nothing, but saves and restores the process's shared generator
+    with GLOBAL_RNG_LOCK:
+        threads, rng = torch.get_num_threads(), torch.get_rng_state()
+        torch.set_num_threads(1)
+        try:
+            key = "|".join([config.module, repr(sorted(config.module_kwargs.items())),
+                            str(state.device), f"x{tuple(data.X.shape[1:])}"])
+            sizes = (min(n, config.per_worker_batch), min(n, 4 * config.per_worker_batch))
+            config.compute_fixed, config.compute_per_example = calibrate_compute(
+                key, step, batch_sizes=sizes)
+        finally:
+            torch.set_num_threads(threads)
+            torch.set_rng_state(rng)
 
 
 def train(
@@ -124,7 +126,8 @@ def train(
         config: the run's configuration (``n_train`` 0 means: take it from ``data``).
         data: training and evaluation tensors.
         state: continue this in-memory state instead of starting fresh.
-        callback: called with every progress record (update and eval); it may raise
+        callback: called with every progress record (``kind`` update or eval, and one
+            ``resume`` record first when training continues a checkpoint); it may raise
             :class:`StopTraining` to end training early.
         checkpoint_path: local path or fsspec URL; written every ``checkpoint_every`` updates
             and at the end.
@@ -151,10 +154,12 @@ def train(
         # keep the calibration the run started with, so its simulated time stays continuous
         config.compute_per_example = ckpt["config"].get("compute_per_example")
         config.compute_fixed = ckpt["config"].get("compute_fixed")
+    resumed = False
     if state is None:
         state = TrainState(config, device=resolve_device(config))
         if ckpt is not None:
             state.restore(ckpt)  # raises CheckpointError if it belongs to another run
+            resumed = True
     elif config.compute_per_example is None:
         config.compute_per_example = state.config.compute_per_example
         config.compute_fixed = state.config.compute_fixed
@@ -181,6 +186,11 @@ def train(
     def emit(record: dict[str, Any]) -> None:
         if callback is not None:
             callback(dict(record))
+
+    if resumed:  # told to the callback only: the history stays that of an unbroken run
+        emit({"kind": "resume", "update": state.update, "epoch": state.epoch,
+              "examples_seen": state.examples_seen, "time_elapsed": state.time_elapsed,
+              "time_sim": state.time_sim})
 
     with contextlib.ExitStack() as stack:
         if config.mode == "local":

@@ -26,6 +26,7 @@ from tasks.clusters import pool_for
 from tasks.grid import Cell, GridSettings
 from tasks.leases import Heartbeat, leases_for
 from tasks.search import open_study
+from tasks.worklog import WorkLog
 
 __all__ = ["run_trial", "objective", "trial_config"]
 
@@ -112,7 +113,15 @@ def run_trial(
     metrics = tracking.MetricBuffer(client, run_id)
     last = {"batch_size": None, "n_workers": None}
 
+    worklog = WorkLog(grid.run_dir, cell_key, number)
+
     def on_record(record: dict[str, Any]) -> None:
+        started = worklog.record(record)
+        if started is not None and started["attempt"] > 1:  # what this attempt redoes
+            metrics.add({"attempt": started["attempt"], "lost_updates": started["lost_updates"],
+                         "lost_seconds": started["lost_seconds"]}, step=started["resumed_at"])
+        if record["kind"] == "resume":
+            return
         if record["kind"] == "update":
             changed = any(record[k] != v for k, v in last.items())
             if changed or record["update"] % grid.metrics_every == 0:
@@ -133,7 +142,7 @@ def run_trial(
     heartbeat = Heartbeat(leases_for(grid.storage), lease_key or f"{study.study_name}#{number}",
                           pool_key)
     try:
-        with heartbeat, pool_for(pool_key).acquire(c.network) as workers:
+        with heartbeat, worklog, pool_for(pool_key).acquire(c.network) as workers:
             state = train(config, TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test,
                                                         ds.y_test),
                           cluster=pool_for(pool_key).address, workers=workers,
@@ -159,7 +168,9 @@ def run_trial(
     pruned = state.stopped is not None and state.stopped != TARGET_REACHED
     final = {"objective": value, "reached_target": float(reached), "best_accuracy": best,
              "updates": state.update, "examples_seen_total": state.examples_seen,
-             "time_sim_total": state.time_sim, "time_elapsed_total": state.time_elapsed}
+             "time_sim_total": state.time_sim, "time_elapsed_total": state.time_elapsed,
+             **{f"{k}_total" if k.startswith("lost") else k: v
+                for k, v in worklog.totals().items() if k != "max_lost_seconds"}}
     metrics.add(final, step=state.update)
     metrics.flush()
     tracking.set_tags(client, run_id, {"damptune.state": "PRUNED" if pruned else "COMPLETE"})

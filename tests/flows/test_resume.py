@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from damptune import interrupt
 from flows.tune import tune
+from tasks import worklog
 from tasks.grid import Cell, GridSettings
 from tasks.leases import Leases
 from tasks.search import open_study, sampler_for, storage_for
@@ -158,6 +159,12 @@ def test_sigkill_of_the_flow_process_then_rerun(tmp_path, clean):
     assert out.returncode == 0, out.stderr[-3000:]
     assert trials_of(run_dir, "g") == clean
     assert set(runs_per_trial(run_dir, "g").values()) == {1}
+    # lost work: the trial(s) training at the kill resumed from their last checkpoint and
+    # redid at most one interval (0.5 s of training, plus the update under way)
+    work = worklog.summary(str(run_dir))
+    assert any(w["attempts"] == 2 for w in work.values()), work
+    assert all(w["attempts"] <= 2 and w["max_lost_seconds"] <= 0.5 + 0.5
+               for w in work.values()), work
     report = subprocess.run([sys.executable, "-m", "damptune", "report", "--run-dir",
                              str(run_dir), "--json"], capture_output=True, text=True)
     rows = [json.loads(line) for line in report.stdout.splitlines()]

@@ -1,0 +1,84 @@
+"""The work log measures what a kill really cost: a real training process is SIGKILLed between
+checkpoints, the next attempt resumes from the checkpoint, and the lost work it records is the
+gap between the dead process's last update and that checkpoint — no more than one interval."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from damptune import TrainData, load_checkpoint, train
+from infra.stack import REPO_ROOT
+from tasks.worklog import WorkLog, summary
+
+INTERVAL = 0.3  # checkpoint_seconds
+
+CHILD = textwrap.dedent("""
+    import sys
+    from damptune import TrainData, train
+    from tasks.worklog import WorkLog
+    sys.path.insert(0, "tests/tasks")
+    from test_worklog import blobs, make_config
+
+    with WorkLog(sys.argv[1], "n2/geodamp/mlp", 0) as log:
+        train(make_config(), TrainData.from_arrays(*blobs()), callback=log.record,
+              checkpoint_path=sys.argv[2], resume=True)
+""")
+
+
+def blobs():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    centers = rng.normal(scale=2.0, size=(3, 12))
+    y = rng.integers(0, 3, size=600)
+    X = (centers[y] + rng.normal(size=(600, 12))).astype("float32")
+    return X[:480], y[:480], X[480:], y[480:]
+
+
+def make_config():
+    from damptune import TrainConfig
+
+    return TrainConfig(module="models.mlp:MLP",
+                       module_kwargs={"input_shape": (12,), "n_classes": 3, "hidden": 32},
+                       lr=0.05, damper="geodamp",
+                       damper_kwargs={"initial": 8, "factor": 2, "delay": 50},
+                       max_batch_size=64, per_worker_batch=8, min_workers=1, max_workers=1,
+                       max_epochs=2000, seed=3, mode="local", checkpoint_seconds=INTERVAL)
+
+
+def test_lost_work_after_a_sigkill_is_measured_and_within_one_interval(tmp_path):
+    run_dir, ckpt = str(tmp_path / "run"), str(tmp_path / "trial-0.pt")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, run_dir, ckpt], cwd=REPO_ROOT,
+                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not os.path.exists(f"{ckpt}~1"):
+        time.sleep(0.05)  # two checkpoints written: training is in full swing
+    assert os.path.exists(f"{ckpt}~1"), "the child never checkpointed twice"
+    time.sleep(INTERVAL / 2)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(30)
+
+    log = WorkLog(run_dir, "n2/geodamp/mlp", 0)
+    with open(log.live_path) as f:
+        dead_update = int(f.read().split()[0])  # how far the killed process got
+    saved = load_checkpoint(ckpt)
+    assert dead_update > saved["counters"]["update"] > 0
+
+    with log:  # the next attempt: resumes, then stops (interrupted) at once
+        state = train(make_config(), TrainData.from_arrays(*blobs()), callback=log.record,
+                      checkpoint_path=ckpt, resume=True, should_stop=lambda: "test: stop")
+    assert state.interrupted
+    second = log.attempt
+    assert second["attempt"] == 2 and second["resumed_at"] == saved["counters"]["update"]
+    assert second["lost_updates"] == dead_update - saved["counters"]["update"]
+    assert 0 < second["lost_seconds"] <= INTERVAL + 0.5, second  # one interval + an update
+
+    with log:  # after an interrupted (checkpointed) attempt nothing is lost
+        train(make_config(), TrainData.from_arrays(*blobs()), callback=log.record,
+              checkpoint_path=ckpt, resume=True, should_stop=lambda: "test: stop")
+    assert log.attempt["attempt"] == 3 and log.attempt["lost_updates"] == 0
+    totals = summary(run_dir)[("n2/geodamp/mlp", 0)]
+    assert totals["attempts"] == 3 and totals["lost_updates"] == second["lost_updates"]
