@@ -160,7 +160,11 @@ def tune(
     rows = [r for r in grid_rows(settings.storage, grid_name=grid_name)
             if f"n{r['network']}/{r['algorithm']}/{r['model']}" in keys]
     csv_path, md_path = write_summary(rows, settings.run_dir)
-    _log_grid_summary(settings, rows, csv_path, md_path)
+    try:
+        tracking.with_retries(lambda: _log_grid_summary(settings, rows, csv_path, md_path),
+                              what="logging the grid's summary")
+    except tracking.TrackingUnavailable as exc:  # the summary files are kept in the run dir
+        logger.warning("%s", exc)
     with open(md_path) as f:
         create_markdown_artifact(markdown=f"# Grid `{grid_name}`\n\n" + f.read(),
                                  key=f"summary-{grid_name}".lower().replace("_", "-"))

@@ -6,6 +6,7 @@ its trials never starves them of threads, whatever the number of cells and trial
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -21,6 +22,7 @@ from tasks import tracking
 from tasks.grid import Cell, GridSettings
 from tasks.leases import leases_for
 from tasks.search import (
+    StorageUnavailable,
     count_finished,
     distributions,
     open_study,
@@ -80,8 +82,9 @@ def run_cell(
     space = distributions(grid, c)
 
     client = tracking.client_for(grid.tracking_uri)
-    exp_id = tracking.experiment_id(client, grid_name=grid.grid_name,
-                                    artifact_root=f"{grid.run_dir}/mlartifacts")
+    exp_id = tracking.with_retries(lambda: tracking.experiment_id(
+        client, grid_name=grid.grid_name, artifact_root=f"{grid.run_dir}/mlartifacts"),
+        what="finding the grid's experiment")
     parent = tracking.with_retries(lambda: tracking.parent_run(client, exp_id, cell_key=c.key,
                                                                params={
         "network": c.network, "algorithm": c.algorithm, "model": c.model,
@@ -91,7 +94,8 @@ def run_cell(
         "pruner": grid.pruner, "study": study_name(grid, c),
     }), what="creating the cell's run")
 
-    client.update_run(parent, status="RUNNING")
+    tracking.with_retries(lambda: client.update_run(parent, status="RUNNING"),
+                          what="reopening the cell's run")
     leases = leases_for(grid.storage)
     owner = pool_key  # this flow run
 
@@ -111,6 +115,7 @@ def run_cell(
             f"{study.study_name}#{number}"}))
             for number, trial_id, params in batch]
         interrupted = False
+        outages: list[tuple[str, str]] = []
         for number, _trial_id, future in futures:
             key = f"{study.study_name}#{number}"
             try:
@@ -122,7 +127,10 @@ def run_cell(
                 continue
             if result["state"] == "INTERRUPTED":  # not a failure: the next run resumes it
                 log.warning("trial %s of %s interrupted: %s", number, c.key, result["reason"])
-                leases.release(key, owner)
+                if result.get("outage"):
+                    outages.append((result["outage"], result["reason"]))
+                with contextlib.suppress(Exception):  # else the lease expires after its TTL
+                    leases.release(key, owner)
                 interrupted = True
                 continue
             if result["state"] == "PRUNED":
@@ -132,6 +140,10 @@ def run_cell(
             leases.release(key, owner)
             log.info("%s trial %s: %s value=%.4g params=%s", c.key, number, result["state"],
                      result["value"], result["params"])
+        if outages:  # a store stayed unreachable: stop the cell with its clear error
+            kind, reason = outages[0]
+            raise (StorageUnavailable if kind == "StorageUnavailable"
+                   else tracking.TrackingUnavailable)(reason)
         return not interrupted
 
     with ThreadPoolTaskRunner(max_workers=max_concurrent_trials) as runner:
@@ -173,6 +185,13 @@ def run_cell(
 def _finish(study: optuna.Study, c: Cell, client: Any, exp_id: str, parent: str, *,
             interrupted: bool) -> dict[str, Any]:
     """Tag the parent run with the best trial and the counts; return the cell's summary."""
+    return tracking.with_retries(
+        lambda: _tag_parent(study, c, client, exp_id, parent, interrupted=interrupted),
+        what="tagging the cell's run")
+
+
+def _tag_parent(study: optuna.Study, c: Cell, client: Any, exp_id: str, parent: str, *,
+                interrupted: bool) -> dict[str, Any]:
     tracking.wait_plots([r.info.run_id for r in client.search_runs(
         [exp_id], f"tags.`damptune.cell` = '{c.key}' and tags.`damptune.kind` = 'trial'",
         max_results=1000)])

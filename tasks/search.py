@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -36,11 +37,14 @@ _LOCK = threading.Lock()
 def storage_for(url: str) -> optuna.storages.BaseStorage:
     """One storage object per URL in this process, shared by its threads (schema made once).
 
-    SQLite waits up to 60 s for a lock instead of failing at once when cells write together.
+    SQLite waits up to ``$DAMPTUNE_SQLITE_TIMEOUT`` seconds (default 60) for a lock instead
+    of failing at once when cells write together; past that, :func:`with_storage_retries`.
     """
     with _LOCK:
         if url not in _STORAGES:
-            engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+            timeout = float(os.environ.get("DAMPTUNE_SQLITE_TIMEOUT") or 60)
+            engine_kwargs = ({"connect_args": {"timeout": timeout}} if url.startswith("sqlite")
+                             else {})
             _STORAGES[url] = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
         return _STORAGES[url]
 
@@ -120,17 +124,27 @@ def count_finished(study: optuna.Study) -> int:
 
 def with_storage_retries(fn: Callable[[], T], *, attempts: int = 5, delay: float = 0.5) -> T:
     """Retry an Optuna storage call while the database is briefly unreachable or locked;
-    then a clear error. Bad input is not retried."""
+    then a clear error. Bad input is not retried.
+
+    Transient: SQLAlchemy's ``OperationalError`` (connection refused or lost, database
+    locked), raised as it is or wrapped by Optuna in ``StorageInternalError`` (a failed
+    commit, rolled back: the retry does not write twice).
+    """
     from sqlalchemy.exc import OperationalError
 
     for attempt in range(attempts):
         try:
             return fn()
-        except OperationalError as exc:
+        except (OperationalError, optuna.exceptions.StorageInternalError) as exc:
+            if not (isinstance(exc, OperationalError)
+                    or isinstance(exc.__cause__, OperationalError)):
+                raise
             if attempt == attempts - 1:
+                cause = exc.__cause__ if isinstance(exc.__cause__, OperationalError) else exc
                 raise StorageUnavailable(
-                    f"the Optuna storage did not answer after {attempts} attempts: {exc}. "
-                    "Nothing was lost; rerun when it is back.") from exc
+                    f"the Optuna storage did not answer after {attempts} attempts: "
+                    f"{str(cause).splitlines()[0]}. Nothing was lost; rerun when it is "
+                    "back.") from exc
             time.sleep(delay * 2**attempt)
     raise AssertionError("unreachable")
 

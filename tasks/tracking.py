@@ -20,6 +20,8 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from damptune import DamptuneError
+
 __all__ = [
     "client_for",
     "experiment_id",
@@ -29,6 +31,7 @@ __all__ = [
     "MetricBuffer",
     "redact",
     "with_retries",
+    "TrackingUnavailable",
     "log_plots",
     "log_plots_later",
     "wait_plots",
@@ -44,16 +47,30 @@ def redact(text: str) -> str:
     return _SECRET.sub(r"\1***\3", str(text))
 
 
+class TrackingUnavailable(DamptuneError):
+    """The MLflow tracking store stayed unreachable through the retries."""
+
+
 def with_retries(fn: Callable[[], T], *, what: str, attempts: int = 4, delay: float = 0.5) -> T:
-    """Retry a tracking call on transient errors (server restarting, SQLite busy)."""
+    """Retry a tracking call on transient errors (server restarting, SQLite busy); then raise
+    :class:`TrackingUnavailable`. Bad input (an unknown run, an invalid value) is not retried.
+
+    Each attempt is itself an MLflow HTTP request with MLflow's own retries, which
+    :func:`client_for` bounds (``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` 3, backoff factor 1,
+    timeout 30 s, unless set): an unreachable server gives up after about 35 s.
+    """
     for attempt in range(attempts):
         try:
             return fn()
         except (MlflowException, OSError) as exc:
             permanent = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER")
-            transient = not any(code in str(exc) for code in permanent)
-            if not transient or attempt == attempts - 1:
+            if any(code in str(exc) for code in permanent):
                 raise
+            if attempt == attempts - 1:
+                raise TrackingUnavailable(
+                    f"MLflow did not answer after {attempts} attempts while {what}: "
+                    f"{redact(str(exc))[:500]}. Nothing was lost: the trial keeps its "
+                    "checkpoint and its run; rerun the grid when MLflow is back.") from exc
             time.sleep(delay * 2**attempt)
     raise AssertionError("unreachable")
 
@@ -66,6 +83,12 @@ def client_for(tracking_uri: str) -> MlflowClient:
     """One client per tracking URI in this process (shared by its threads): building one
     over SQLite checks the schema, ~1 s each time."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # MLflow's own retries of one request (default 7 with backoff factor 2: minutes); bounded
+    # here so that an outage ends in a clear error (with_retries) within about half a minute
+    for name, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3"),
+                        ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+                        ("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")):
+        os.environ.setdefault(name, value)
     with _CLIENTS_LOCK:
         if tracking_uri not in _CLIENTS:
             _CLIENTS[tracking_uri] = MlflowClient(tracking_uri=tracking_uri)

@@ -25,12 +25,13 @@ from tasks import tracking
 from tasks.clusters import pool_for
 from tasks.grid import Cell, GridSettings
 from tasks.leases import Heartbeat, leases_for
-from tasks.search import open_study
+from tasks.search import StorageUnavailable, open_study, with_storage_retries
 from tasks.worklog import WorkLog
 
 __all__ = ["run_trial", "objective", "trial_config"]
 
 TARGET_REACHED = "the target accuracy was reached"
+OUTAGES = (StorageUnavailable, tracking.TrackingUnavailable)
 UPDATE_METRICS = ("loss", "batch_size", "lr", "damping", "n_workers", "examples_seen",
                   "time_elapsed", "time_sim", "time_compute", "time_comm")
 
@@ -91,7 +92,25 @@ def run_trial(
     lease_key: str = "",
 ) -> dict[str, Any]:
     """Train trial ``number`` of the cell (continuing its checkpoint if there is one); return
-    its state (COMPLETE, PRUNED or INTERRUPTED), value and MLflow run id."""
+    its state (COMPLETE, PRUNED or INTERRUPTED), value and MLflow run id.
+
+    When the Optuna storage or MLflow stays unreachable through the retries, the trial is
+    INTERRUPTED with ``outage`` set (not failed): its checkpoint, Optuna trial and MLflow run
+    are left as they are, and a rerun continues it.
+    """
+    try:
+        return _train_trial(settings=settings, cell_key=cell_key, cell=cell, number=number,
+                            trial_id=trial_id, params=params, pool_key=pool_key,
+                            experiment_id=experiment_id, parent_run_id=parent_run_id,
+                            lease_key=lease_key)
+    except OUTAGES as exc:
+        return {"number": number, "state": "INTERRUPTED", "reason": str(exc),
+                "outage": type(exc).__name__, "value": None, "run_id": None, "params": params}
+
+
+def _train_trial(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any], number: int,
+                 trial_id: int, params: dict[str, Any], pool_key: str, experiment_id: str,
+                 parent_run_id: str, lease_key: str) -> dict[str, Any]:
     grid = GridSettings(**settings)
     c = Cell(**cell)
     target = grid.target_for(c.model)
@@ -133,9 +152,14 @@ def run_trial(
         metrics.flush()
         if record["test_accuracy"] >= target:
             raise StopTraining(TARGET_REACHED)
-        trial.report(1.0 - record["test_accuracy"], step=int(record["examples_seen"]))
-        if trial.should_prune():
+        with_storage_retries(lambda: trial.report(1.0 - record["test_accuracy"],
+                                                  step=int(record["examples_seen"])))
+        if with_storage_retries(trial.should_prune):
             raise StopTraining(f"pruned by Optuna at {record['examples_seen']} examples")
+
+    def terminate(status: str) -> None:
+        tracking.with_retries(lambda: client.set_terminated(run_id, status=status),
+                              what=f"ending the trial's run ({status})")
 
     checkpoint = os.path.join(grid.checkpoint_root or grid.run_dir, "checkpoints", cell_key,
                               f"trial-{number}.pt")
@@ -150,18 +174,20 @@ def run_trial(
                           should_stop=lambda: "another run took the trial's lease"
                           if heartbeat.lost.is_set() else None,
                           deadline=grid.deadline or None)
+    except OUTAGES:
+        raise  # the stores do not answer: leave the run as it is (the rerun reopens it)
     except ClusterError as exc:  # the cluster went away (spot reclaim): not the trial's fault
         metrics.flush()
-        client.set_terminated(run_id, status="KILLED")
+        terminate("KILLED")
         return {"number": number, "state": "INTERRUPTED", "reason": f"cluster lost: {exc}",
                 "value": None, "run_id": run_id, "params": params}
     except BaseException:
         metrics.flush()
-        client.set_terminated(run_id, status="FAILED")
+        terminate("FAILED")
         raise
     metrics.flush()
     if state.interrupted:
-        client.set_terminated(run_id, status="KILLED")
+        terminate("KILLED")
         return {"number": number, "state": "INTERRUPTED", "reason": state.stopped,
                 "value": None, "run_id": run_id, "params": params}
     value, reached, best = objective(state.history, target=target)
@@ -173,8 +199,10 @@ def run_trial(
                 for k, v in worklog.totals().items() if k != "max_lost_seconds"}}
     metrics.add(final, step=state.update)
     metrics.flush()
-    tracking.set_tags(client, run_id, {"damptune.state": "PRUNED" if pruned else "COMPLETE"})
-    client.set_terminated(run_id, status="FINISHED")
+    tracking.with_retries(lambda: tracking.set_tags(
+        client, run_id, {"damptune.state": "PRUNED" if pruned else "COMPLETE"}),
+        what="tagging the trial's run")
+    terminate("FINISHED")
     tracking.log_plots_later(client, run_id, state.history, target=target)  # cell waits
     return {"number": number, "state": "PRUNED" if pruned else "COMPLETE", "value": value,
             "reached": reached, "best_accuracy": best, "run_id": run_id, "params": params}

@@ -1,6 +1,7 @@
 """Kills, interruptions and reruns lose nothing and repeat nothing (real Prefect harness,
 Optuna and MLflow on SQLite, real Dask clusters)."""
 
+import contextlib
 import json
 import os
 import signal
@@ -169,3 +170,77 @@ def test_sigkill_of_the_flow_process_then_rerun(tmp_path, clean):
                              str(run_dir), "--json"], capture_output=True, text=True)
     rows = [json.loads(line) for line in report.stdout.splitlines()]
     assert all(r["n_running"] == 0 and r["n_failed"] == 0 for r in rows)
+
+
+def _mlflow_server(root, port):
+    """A real MLflow server on 127.0.0.1 (SQLite backend in ``root``), answering /health."""
+    import urllib.request
+
+    root.mkdir(exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
+         "--artifacts-destination", str(root / "artifacts")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return proc
+        except OSError:
+            assert proc.poll() is None, "the MLflow server exited"
+            time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("the MLflow server did not answer /health")
+
+
+def test_mlflow_outage_stops_the_grid_with_a_clear_error_then_rerun(tmp_path, scheduler,
+                                                                     clean):
+    """MLflow's server dies mid-grid (SIGKILL): the trials in flight stop *interrupted* once
+    the bounded retries are spent, the flow run fails with an error that says so, and nothing
+    is lost: after the server is back, a rerun ends equal to the clean run, with one MLflow run
+    per trial on the server."""
+    from infra.stack import free_port
+
+    port, root = free_port(), tmp_path / "mlflow"
+    uri = f"http://127.0.0.1:{port}"
+    server = _mlflow_server(root, port)
+    run_dir = str(tmp_path / "r")
+    storage = f"sqlite:///{run_dir}/optuna.db"
+
+    def kill_mlflow_after_first_trial():
+        while True:
+            time.sleep(0.3)
+            try:
+                done = sum(t.state.is_finished() for s in storage_for(storage).get_all_studies()
+                           for t in storage_for(storage).get_all_trials(s._study_id))
+            except Exception:  # noqa: BLE001 - not created yet
+                continue
+            if done >= 1:
+                os.killpg(server.pid, signal.SIGKILL)
+                return
+
+    watcher = threading.Thread(target=kill_mlflow_after_first_trial, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(Exception, match="MLflow did not answer") as failed:
+            tune(grid_name="g", run_dir=run_dir, cluster=scheduler, tracking_uri=uri, **GRID)
+        assert "Nothing was lost" in str(failed.value)
+        watcher.join()
+        before = trials_of(run_dir, "g")
+        assert all(state != "FAIL" for trials in before.values() for _, state, _, _ in trials)
+        server = _mlflow_server(root, port)  # back, on the same store
+        tune(grid_name="g", run_dir=run_dir, cluster=scheduler, tracking_uri=uri, **GRID)
+        assert trials_of(run_dir, "g") == clean
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name("damptune-g")
+        runs = client.search_runs([exp.experiment_id], "tags.`damptune.kind` = 'trial'",
+                                  max_results=1000)
+        keys = [(r.data.tags["damptune.cell"], r.data.tags["damptune.trial_number"])
+                for r in runs]
+        assert len(keys) == 6 and len(set(keys)) == 6
+        assert {r.info.status for r in runs} == {"FINISHED"}
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
