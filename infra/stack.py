@@ -20,6 +20,8 @@ server and log to this MLflow. ``down`` stops the worker first, then the Prefect
 MLflow: SIGTERM to the process group and every descendant, SIGKILL after a timeout. Flow runs
 in flight when the worker stops are marked Crashed, so that they do not hold their deployment's
 concurrency slot; ``up`` does the same for runs whose process died with an earlier worker.
+Flow runs send heartbeats (every 30 s), and ``up`` creates, once, the automation that marks
+Crashed a run whose heartbeats stop (its machine died, and ``up`` never ran there again).
 
 Command line (from the repository root)::
 
@@ -480,6 +482,8 @@ def up(run_dir: str | Path = DEFAULT_RUN_DIR, *, prefect_port: int = DEFAULT_PRE
 
         _ensure_pool(stack, paths)
         report(f"work pool {POOL!r} (type process) ready")
+        if _ensure_zombie_automation(prefect_port):
+            report(f"automation {ZOMBIE_AUTOMATION!r} created")
         if "prefect-worker" not in running:
             crashed = _crash_orphaned_runs(prefect_port)  # left by a worker that died
             if crashed:
@@ -491,6 +495,8 @@ def up(run_dir: str | Path = DEFAULT_RUN_DIR, *, prefect_port: int = DEFAULT_PRE
                 **_base_env(), **stack.env,
                 "PREFECT_HOME": str(paths.run_dir / "prefect"),
                 "PREFECT_WORKER_QUERY_SECONDS": "2",  # pick a new run up within ~2 s
+                # flow runs send heartbeats: the zombie automation crashes them when they stop
+                "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
             }
             record("prefect-worker",
                    _spawn(paths, "prefect-worker", cmd, env=env, cwd=REPO_ROOT), cmd)
@@ -509,6 +515,50 @@ def up(run_dir: str | Path = DEFAULT_RUN_DIR, *, prefect_port: int = DEFAULT_PRE
                   reused=tuple(n for n in SERVICES if n in running and n not in started))
     _write_env_file(paths, stack)
     return stack
+
+
+HEARTBEAT_S = 30  # PREFECT_FLOWS_HEARTBEAT_FREQUENCY of the worker's flow runs (minimum 30)
+ZOMBIE_AUTOMATION = "damptune: crash flow runs without heartbeats"
+
+
+def _ensure_zombie_automation(prefect_port: int) -> bool:
+    """Create (once) the automation that marks Crashed a flow run whose heartbeats stop.
+
+    A machine that dies takes its worker and its flow runs with it: nobody is left to report
+    them, and they would show RUNNING for ever. Flow runs of this stack's worker send a
+    heartbeat every ``HEARTBEAT_S`` seconds; Prefect's recipe for such "zombies" (a proactive
+    trigger on ``prefect.flow-run.heartbeat``, docs: "Detect zombie flows") marks a run Crashed
+    when 3 heartbeats are missing, which also frees its deployment's concurrency slot. Returns
+    True when this call created it.
+    """
+    api = f"http://{HOST}:{prefect_port}/api"
+    code, body = _http(f"{api}/automations/filter", data=b"{}")
+    if code == 200 and any(a.get("name") == ZOMBIE_AUTOMATION for a in json.loads(body)):
+        return False
+    automation = {
+        "name": ZOMBIE_AUTOMATION,
+        "description": "Mark Crashed a flow run that stopped sending heartbeats (its machine "
+                       "or process died); created by python -m infra.stack up.",
+        "enabled": True,
+        "trigger": {
+            "type": "event", "posture": "Proactive", "threshold": 1,
+            "within": 3 * HEARTBEAT_S,
+            "match": {"prefect.resource.id": ["prefect.flow-run.*"]}, "match_related": {},
+            "after": ["prefect.flow-run.heartbeat"],
+            "expect": ["prefect.flow-run.heartbeat", "prefect.flow-run.Completed",
+                       "prefect.flow-run.Failed", "prefect.flow-run.Cancelled",
+                       "prefect.flow-run.Crashed"],
+            "for_each": ["prefect.resource.id"],
+        },
+        "actions": [{"type": "change-flow-run-state", "state": "CRASHED",
+                     "message": f"no heartbeat for {3 * HEARTBEAT_S} s: its process or machine "
+                                "died; run the deployment again to resume"}],
+    }
+    code, body = _http(f"{api}/automations/", data=json.dumps(automation).encode())
+    if code not in (200, 201):
+        raise StackError(f"could not create the automation {ZOMBIE_AUTOMATION!r}: HTTP {code} "
+                         f"{body[:500]!r}")
+    return True
 
 
 def _crash_orphaned_runs(prefect_port: int) -> list[str]:

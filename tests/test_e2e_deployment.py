@@ -209,3 +209,64 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path):
             if tags.get("damptune.kind") == "trial":
                 trial_keys.append((tags["damptune.cell"], tags["damptune.trial_number"]))
         assert len(trial_keys) == 6 and len(set(trial_keys)) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_path):
+    """Machine death: the Prefect worker and the flow-run process (with its Dask workers) are
+    SIGKILLed at once, and nothing on that machine reports it. The run stops sending heartbeats;
+    the stack's zombie automation marks it Crashed (which frees the deployment's concurrency
+    slot). A new worker and a rerun then finish the grid, every trial once."""
+    import signal
+    import time
+
+    import psutil
+
+    from infra.stack import ZOMBIE_AUTOMATION, up
+
+    stack_dir, run_dir = tmp_path / "stack", tmp_path / "grid"
+    ports = {"prefect_port": free_port(), "mlflow_port": free_port()}
+    params = {"networks": [2], "algorithms": ["geodamp"], "models": ["mlp"], "trials": 2,
+              "epochs": 3, "target_accuracy": 0.45, "checkpoint_seconds": 0.5,
+              "grid_name": "dead", "run_dir": str(run_dir)}
+    run_args = []
+    for key, value in params.items():
+        run_args += ["--param", f"{key}={json.dumps(value)}"]
+    with running_stack(stack_dir, **ports) as stack:
+        env = {**os.environ, **stack.env}
+        automations = _api(f"{stack.prefect_api_url}/automations/filter", {})
+        assert ZOMBIE_AUTOMATION in {a["name"] for a in automations}
+        _cli(env, "deploy", "--all")
+        created = _cli(env, "deployment", "run", "tune/smoke", *run_args)
+        first = next(line.split()[-1] for line in created.stdout.splitlines() if "UUID" in line)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not list(run_dir.rglob("*.pt")):
+            time.sleep(0.2)  # until trials train
+        assert list(run_dir.rglob("*.pt")), "the grid never started training"
+        engines = [p for p in psutil.process_iter(["cmdline", "environ"])
+                   if "prefect.engine" in " ".join(p.info["cmdline"] or [])
+                   and (p.info["environ"] or {}).get("PREFECT__FLOW_RUN_ID") == first]
+        assert len(engines) == 1, engines
+        os.kill(int((stack_dir / "pids" / "prefect-worker.pid").read_text()), signal.SIGKILL)
+        os.killpg(engines[0].pid, signal.SIGKILL)  # the flow run, its Dask workers: all gone
+
+        deadline = time.monotonic() + 300  # 3 missed heartbeats (90 s), then the trigger
+        while time.monotonic() < deadline:
+            state = _api(f"{stack.prefect_api_url}/flow_runs/{first}")["state"]
+            if state["type"] != "RUNNING":
+                break
+            time.sleep(2)
+        assert state["type"] == "CRASHED", state
+        assert "no heartbeat" in (state.get("message") or ""), state
+
+        up(stack_dir, **ports)  # a new worker on a new machine
+        created = _cli(env, "deployment", "run", "tune/smoke", *run_args)
+        second = next(line.split()[-1] for line in created.stdout.splitlines() if "UUID" in line)
+        flow_run = wait_for_flow_run(stack.prefect_api_url, second, timeout_s=600)
+        assert flow_run["state"]["type"] == "COMPLETED", _flow_run_logs(
+            stack.prefect_api_url, second)
+        study = optuna.load_study(study_name="dead/n2/geodamp/mlp",
+                                  storage=f"sqlite:///{run_dir}/optuna.db")
+        assert [t.number for t in study.trials] == [0, 1]
+        assert all(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
