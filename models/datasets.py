@@ -14,6 +14,7 @@ import os
 import pickle
 import random
 import tempfile
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,9 +225,18 @@ def _load_mnist1d(
 
     arrays = _read_npz(path)
     if arrays is None:
-        arrays = _generate_mnist1d(args)
-        _write_npz_atomically(path, arrays)
+        with _GENERATION_LOCK:
+            arrays = _read_npz(path)  # another thread of this process may have made it
+            if arrays is None:
+                arrays = _generate_mnist1d(args)
+                _write_npz_atomically(path, arrays)
     return Dataset(name="mnist1d", n_classes=10, **arrays)
+
+
+# make_dataset seeds and draws from the process-wide `random` and `np.random` states: two
+# threads generating at once (the cells of a grid on a machine with a cold cache) would
+# interleave their draws and both get other data than their seed's. One at a time.
+_GENERATION_LOCK = threading.RLock()
 
 
 def _generate_mnist1d(args: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -235,12 +245,13 @@ def _generate_mnist1d(args: dict[str, Any]) -> dict[str, np.ndarray]:
     from mnist1d.utils import ObjectView
 
     # make_dataset seeds the global `random` and `np.random` states; put them back afterwards.
-    py_state, np_state = random.getstate(), np.random.get_state()
-    try:
-        raw = mnist1d_data.make_dataset(ObjectView(dict(args)))
-    finally:
-        random.setstate(py_state)
-        np.random.set_state(np_state)
+    with _GENERATION_LOCK:
+        py_state, np_state = random.getstate(), np.random.get_state()
+        try:
+            raw = mnist1d_data.make_dataset(ObjectView(dict(args)))
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
     return {
         "X_train": np.ascontiguousarray(raw["x"], dtype=np.float32),
         "y_train": np.ascontiguousarray(raw["y"], dtype=np.int64),

@@ -223,3 +223,28 @@ def test_load_dataset_loads_without_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_dataset("digits")
+
+
+def test_load_dataset_mnist1d_generated_by_threads_at_once_is_each_seeds_data(tmp_path):
+    """The cells of a grid load the dataset at once on a machine with a cold cache; the
+    generator seeds and draws from process-wide random states, so unguarded threads would
+    interleave their draws and get other data. (Found as a rerun "on another machine" whose
+    trials differed from the clean run's.)"""
+    import threading
+
+    expected = {seed: load_dataset("mnist1d", seed=seed, n_samples=SMALL,
+                                   root=tmp_path / "alone") for seed in (0, 1)}
+    got: dict[tuple[int, int], Dataset] = {}
+    start = threading.Barrier(4)
+
+    def load(i: int, seed: int) -> None:
+        start.wait()
+        got[i, seed] = load_dataset("mnist1d", seed=seed, n_samples=SMALL,
+                                    root=tmp_path / f"cold{i}")
+
+    threads = [threading.Thread(target=load, args=(i, seed)) for i in (0, 1) for seed in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(_same(data, expected[seed]) for (_, seed), data in got.items())
