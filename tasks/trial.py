@@ -31,6 +31,7 @@ from tasks.worklog import WorkLog
 __all__ = ["run_trial", "objective", "trial_config"]
 
 TARGET_REACHED = "the target accuracy was reached"
+CALIBRATION_ATTR = "compute_calibration"  # [fixed s, s per example] of one rank
 OUTAGES = (StorageUnavailable, tracking.TrackingUnavailable)
 UPDATE_METRICS = ("loss", "batch_size", "lr", "damping", "n_workers", "examples_seen",
                   "time_elapsed", "time_sim", "time_compute", "time_comm")
@@ -132,9 +133,18 @@ def _train_trial(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any
     metrics = tracking.MetricBuffer(client, run_id)
     last = {"batch_size": None, "n_workers": None}
 
+    # one compute calibration per study, kept in it: a rerun on another machine (a spot
+    # replacement) simulates the cell's remaining trials with the same numbers as the first
+    calibration = with_storage_retries(lambda: study.user_attrs.get(CALIBRATION_ATTR))
+    if calibration:
+        config.compute_fixed, config.compute_per_example = map(float, calibration)
     worklog = WorkLog(grid.run_dir, cell_key, number)
 
     def on_record(record: dict[str, Any]) -> None:
+        nonlocal calibration
+        if not calibration:  # train() has calibrated (or taken the checkpoint's) by now
+            calibration = [config.compute_fixed, config.compute_per_example]
+            with_storage_retries(lambda: study.set_user_attr(CALIBRATION_ATTR, calibration))
         started = worklog.record(record)
         if started is not None and started["attempt"] > 1:  # what this attempt redoes
             metrics.add({"attempt": started["attempt"], "lost_updates": started["lost_updates"],

@@ -56,7 +56,11 @@ def clean(tmp_path_factory, scheduler):
     return trials_of(run_dir, "g")
 
 
-def test_interrupted_grid_resumes_to_the_clean_result(tmp_path, scheduler, clean):
+def test_interrupted_grid_resumes_to_the_clean_result(tmp_path, scheduler, clean,
+                                                      monkeypatch):
+    """Interrupted (a spot reclaim's SIGTERM) after the first trial, then rerun "on another
+    machine": a cold compute-calibration cache, so only the calibration kept in each study
+    makes the rerun's trials simulate time as the first run's did."""
     run_dir = str(tmp_path / "r")
     storage = f"sqlite:///{run_dir}/optuna.db"
 
@@ -79,6 +83,7 @@ def test_interrupted_grid_resumes_to_the_clean_result(tmp_path, scheduler, clean
     interrupt.clear()
     assert sum(r["n_running"] for r in rows) >= 1  # interrupted, not failed
     assert all(r["n_failed"] == 0 for r in rows)
+    monkeypatch.setenv("DAMPTUNE_CACHE", str(tmp_path / "another-machine"))
     tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
     assert trials_of(run_dir, "g") == clean  # same numbers, params, states and values
     assert set(runs_per_trial(run_dir, "g").values()) == {1}
