@@ -6,7 +6,6 @@ import hashlib
 import math
 import os
 import threading
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -15,6 +14,7 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 
 from damptune import DAMPERS, DamptuneError, Param
 from tasks.grid import Cell, GridSettings
+from tasks.retries import retry
 
 __all__ = [
     "storage_for", "study_name", "open_study", "distributions", "count_finished", "FINISHED",
@@ -132,21 +132,20 @@ def with_storage_retries(fn: Callable[[], T], *, attempts: int = 5, delay: float
     """
     from sqlalchemy.exc import OperationalError
 
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except (OperationalError, optuna.exceptions.StorageInternalError) as exc:
-            if not (isinstance(exc, OperationalError)
-                    or isinstance(exc.__cause__, OperationalError)):
-                raise
-            if attempt == attempts - 1:
-                cause = exc.__cause__ if isinstance(exc.__cause__, OperationalError) else exc
-                raise StorageUnavailable(
-                    f"the Optuna storage did not answer after {attempts} attempts: "
-                    f"{str(cause).splitlines()[0]}. Nothing was lost; rerun when it is "
-                    "back.") from exc
-            time.sleep(delay * 2**attempt)
-    raise AssertionError("unreachable")
+    def cause(exc: Exception) -> BaseException | None:
+        if isinstance(exc, OperationalError):
+            return exc
+        if isinstance(exc, optuna.exceptions.StorageInternalError) and isinstance(
+                exc.__cause__, OperationalError):
+            return exc.__cause__
+        return None
+
+    return retry(fn, transient=lambda exc: cause(exc) is not None,
+                 give_up=lambda exc: StorageUnavailable(
+                     f"the Optuna storage did not answer after {attempts} attempts: "
+                     f"{str(cause(exc)).splitlines()[0]}. Nothing was lost; rerun when it is "
+                     "back."),
+                 attempts=attempts, delay=delay)
 
 
 class StorageUnavailable(DamptuneError):

@@ -21,6 +21,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from damptune import DamptuneError
+from tasks.retries import retry
 
 __all__ = [
     "client_for",
@@ -59,20 +60,14 @@ def with_retries(fn: Callable[[], T], *, what: str, attempts: int = 4, delay: fl
     :func:`client_for` bounds (``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` 3, backoff factor 1,
     timeout 30 s, unless set): an unreachable server gives up after about 35 s.
     """
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except (MlflowException, OSError) as exc:
-            permanent = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER")
-            if any(code in str(exc) for code in permanent):
-                raise
-            if attempt == attempts - 1:
-                raise TrackingUnavailable(
-                    f"MLflow did not answer after {attempts} attempts while {what}: "
-                    f"{redact(str(exc))[:500]}. Nothing was lost: the trial keeps its "
-                    "checkpoint and its run; rerun the grid when MLflow is back.") from exc
-            time.sleep(delay * 2**attempt)
-    raise AssertionError("unreachable")
+    permanent = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER")
+    return retry(fn, transient=lambda exc: isinstance(exc, MlflowException | OSError)
+                 and not any(code in str(exc) for code in permanent),
+                 give_up=lambda exc: TrackingUnavailable(
+                     f"MLflow did not answer after {attempts} attempts while {what}: "
+                     f"{redact(str(exc))[:500]}. Nothing was lost: the trial keeps its "
+                     "checkpoint and its run; rerun the grid when MLflow is back."),
+                 attempts=attempts, delay=delay)
 
 
 _CLIENTS: dict[str, MlflowClient] = {}
