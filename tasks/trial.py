@@ -200,13 +200,14 @@ def _train_trial(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any
         terminate("KILLED")
         return {"number": number, "state": "INTERRUPTED", "reason": state.stopped,
                 "value": None, "run_id": run_id, "params": params}
+    work = worklog.totals()
     value, reached, best = objective(state.history, target=target)
     pruned = state.stopped is not None and state.stopped != TARGET_REACHED
     final = {"objective": value, "reached_target": float(reached), "best_accuracy": best,
              "updates": state.update, "examples_seen_total": state.examples_seen,
              "time_sim_total": state.time_sim, "time_elapsed_total": state.time_elapsed,
-             **{f"{k}_total" if k.startswith("lost") else k: v
-                for k, v in worklog.totals().items() if k != "max_lost_seconds"}}
+             "attempts": work["attempts"], "lost_updates_total": work["lost_updates"],
+             "lost_seconds_total": work["lost_seconds"]}
     metrics.add(final, step=state.update)
     metrics.flush()
     tracking.with_retries(lambda: tracking.set_tags(
