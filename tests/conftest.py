@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -34,11 +33,9 @@ def scheduler(dask_cluster) -> str:
 @pytest.fixture(scope="session")
 def blobs():
     """A small seeded 3-class problem: (X_train, y_train, X_test, y_test)."""
-    rng = np.random.default_rng(0)
-    centers = rng.normal(scale=2.0, size=(3, 12))
-    y = rng.integers(0, 3, size=600)
-    X = (centers[y] + rng.normal(size=(600, 12))).astype("float32")
-    return X[:480], y[:480], X[480:], y[480:]
+    from tests.problems import blobs
+
+    return blobs()
 
 
 @pytest.fixture(scope="session")

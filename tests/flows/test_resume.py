@@ -48,6 +48,26 @@ def runs_per_trial(run_dir, grid_name):
     return counts
 
 
+def after_first_finished_trial(storage, action):
+    """A started thread that calls ``action()`` once the grid's storage holds a finished
+    trial (the fault lands mid-grid, with work done and work left)."""
+    def watch():
+        while True:
+            time.sleep(0.3)
+            try:
+                done = sum(t.state.is_finished() for s in storage_for(storage).get_all_studies()
+                           for t in storage_for(storage).get_all_trials(s._study_id))
+            except Exception:  # noqa: BLE001 - not created yet
+                continue
+            if done >= 1:
+                action()
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    return watcher
+
+
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory, scheduler):
     """The same grid, never interrupted: the reference every recovery must equal."""
@@ -64,20 +84,8 @@ def test_interrupted_grid_resumes_to_the_clean_result(tmp_path, scheduler, clean
     run_dir = str(tmp_path / "r")
     storage = f"sqlite:///{run_dir}/optuna.db"
 
-    def interrupt_after_first_trial():
-        while True:
-            time.sleep(0.3)
-            try:
-                done = sum(t.state.is_finished() for s in storage_for(storage).get_all_studies()
-                           for t in storage_for(storage).get_all_trials(s._study_id))
-            except Exception:  # noqa: BLE001 - not created yet
-                continue
-            if done >= 1:
-                interrupt.request("test: spot reclaim")
-                return
-
-    watcher = threading.Thread(target=interrupt_after_first_trial, daemon=True)
-    watcher.start()
+    watcher = after_first_finished_trial(storage,
+                                         lambda: interrupt.request("test: spot reclaim"))
     rows = tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
     watcher.join()
     interrupt.clear()
@@ -214,20 +222,8 @@ def test_mlflow_outage_stops_the_grid_with_a_clear_error_then_rerun(tmp_path, sc
     run_dir = str(tmp_path / "r")
     storage = f"sqlite:///{run_dir}/optuna.db"
 
-    def kill_mlflow_after_first_trial():
-        while True:
-            time.sleep(0.3)
-            try:
-                done = sum(t.state.is_finished() for s in storage_for(storage).get_all_studies()
-                           for t in storage_for(storage).get_all_trials(s._study_id))
-            except Exception:  # noqa: BLE001 - not created yet
-                continue
-            if done >= 1:
-                os.killpg(server.pid, signal.SIGKILL)
-                return
-
-    watcher = threading.Thread(target=kill_mlflow_after_first_trial, daemon=True)
-    watcher.start()
+    watcher = after_first_finished_trial(storage,
+                                         lambda: os.killpg(server.pid, signal.SIGKILL))
     try:
         with pytest.raises(Exception, match="MLflow did not answer") as failed:
             tune(grid_name="g", run_dir=run_dir, cluster=scheduler, tracking_uri=uri, **GRID)

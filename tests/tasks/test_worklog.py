@@ -12,6 +12,7 @@ import time
 from damptune import TrainData, load_checkpoint, train
 from infra.stack import REPO_ROOT
 from tasks.worklog import WorkLog, summary
+from tests.problems import blobs
 
 INTERVAL = 0.3  # checkpoint_seconds
 
@@ -20,22 +21,13 @@ CHILD = textwrap.dedent("""
     from damptune import TrainData, train
     from tasks.worklog import WorkLog
     sys.path.insert(0, "tests/tasks")
-    from test_worklog import blobs, make_config
+    from test_worklog import make_config
+    from tests.problems import blobs
 
     with WorkLog(sys.argv[1], "n2/geodamp/mlp", 0) as log:
         train(make_config(), TrainData.from_arrays(*blobs()), callback=log.record,
               checkpoint_path=sys.argv[2], resume=True)
 """)
-
-
-def blobs():
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    centers = rng.normal(scale=2.0, size=(3, 12))
-    y = rng.integers(0, 3, size=600)
-    X = (centers[y] + rng.normal(size=(600, 12))).astype("float32")
-    return X[:480], y[:480], X[480:], y[480:]
 
 
 def make_config():
