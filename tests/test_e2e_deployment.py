@@ -139,6 +139,8 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path):
     import signal
     import time
 
+    import psutil
+
     from infra.stack import up
 
     stack_dir = tmp_path / "stack"
@@ -179,8 +181,9 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path):
         while time.monotonic() < deadline and not list(run_dir.rglob("*.pt")):
             time.sleep(0.2)  # until trials train
         assert list(run_dir.rglob("*.pt")), "the grid never started training"
-        worker_pid = int((stack_dir / "pids" / "prefect-worker.pid").read_text())
-        os.kill(worker_pid, signal.SIGKILL)
+        worker = psutil.Process(int((stack_dir / "pids" / "prefect-worker.pid").read_text()))
+        worker.send_signal(signal.SIGKILL)
+        psutil.wait_procs([worker], timeout=30)  # dead (a SIGKILL is not instantaneous)
 
         up(stack_dir, **ports)  # a new worker; runs whose process died are marked Crashed
         second = started(_cli(env, "deployment", "run", "tune/smoke",
