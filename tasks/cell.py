@@ -166,8 +166,10 @@ def run_cell(
                 for _ in range(min(max_concurrent_trials, remaining)):
                     study.sampler = sampler_for(grid, len(study.trials), study.study_name)
                     t = with_storage_retries(lambda: study.ask(space))
-                    leases.acquire(lease(t), owner)
-                    batch.append((t.number, t._trial_id, dict(t.params)))
+                    # between ask and acquire, another run may have seen the new trial RUNNING
+                    # without a lease and taken it over (step 1): it is theirs to train
+                    if leases.acquire(lease(t), owner):
+                        batch.append((t.number, t._trial_id, dict(t.params)))
                 if not run_batch(batch):
                     return _finish(study, c, client, exp_id, parent, interrupted=True)
                 continue
