@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import CancelledError
 from typing import Any
 
 import numpy as np
@@ -95,14 +96,21 @@ class CentralizedOps:
 
     def _rank(self, r: int) -> Any:
         worker = self.workers[r % len(self.workers)]
-        if worker not in self.ranks:
+        for attempt in range(2):
+            if worker in self.ranks:
+                break
             future = self.client.submit(
                 Rank, self.config, self.data_future, workers=[worker], actor=True, pure=False,
                 allow_other_workers=False,
             )
-            with self.client.as_current():  # the actor handle binds to the current client
-                (self.ranks[worker],) = gather_within([future], timeout=self.config.timeout,
-                                                      what=f"starting rank {r} on {worker}")
+            try:
+                with self.client.as_current():  # the actor handle binds to the current client
+                    (self.ranks[worker],) = gather_within([future], timeout=self.config.timeout,
+                                                          what=f"starting rank {r} on {worker}")
+            except CancelledError:  # "lost dependencies": the data went with a dead worker
+                if attempt:
+                    raise
+                self.data_future = scatter_data(self.client, self.data, again=True)
         return self.ranks[worker]
 
     def _call(self, method: str, shares: list[np.ndarray]) -> list[Any]:

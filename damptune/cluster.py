@@ -70,15 +70,18 @@ def worker_addresses(client: Client) -> list[str]:
 _SCATTERED: dict[tuple[str, str], Any] = {}
 
 
-def scatter_data(client: Client, data: TrainData) -> Any:
-    """Send the data to every worker once per cluster; return its future (cached per client)."""
+def scatter_data(client: Client, data: TrainData, *, again: bool = False) -> Any:
+    """Send the data to every worker once per cluster; return its future (cached per client).
+
+    ``again``: send it anew even if the cached future still looks finished (the scheduler
+    reported it lost with a dead worker before its status changed here)."""
     digest = hashlib.sha1()
     for t in (data.X, data.y, data.X_test, data.y_test):
         if t is not None:
             digest.update(str(tuple(t.shape)).encode())
             digest.update(t.detach().cpu().contiguous().numpy().tobytes())
     key = (client.id, digest.hexdigest())
-    if key not in _SCATTERED or _SCATTERED[key].status != "finished":
+    if again or key not in _SCATTERED or _SCATTERED[key].status != "finished":
         # first time, or every worker holding it died: send it again from here
         _SCATTERED[key] = client.scatter(data, broadcast=True, hash=False)
     return _SCATTERED[key]
