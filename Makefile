@@ -45,7 +45,7 @@ test: $(STAMP) ## run the whole test suite (what CI runs)
 test-fast: $(STAMP) ## the tests without those marked slow
 	$(BIN)/python -m pytest -m "not slow"
 
-lint: $(STAMP) ## ruff on everything, mypy on the engine
+lint: $(STAMP) ## ruff on everything, mypy on the engine, tasks and flows
 	$(BIN)/ruff check damptune models tasks flows tests bench infra
 	$(BIN)/mypy
 
