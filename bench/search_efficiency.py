@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     import optuna
 
     from damptune import StopTraining, TrainData, train
+    from damptune.records import EvalRecord, Record
     from models import load_dataset
     from tasks.grid import Cell, GridSettings
     from tasks.search import distributions, pruner_for, sampler_for
@@ -54,13 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         config = trial_config(settings, cell, params, ds)
         config.mode = "local"
 
-        def on_record(record: dict) -> None:
-            if record["kind"] != "eval":
+        def on_record(record: Record) -> None:
+            if not isinstance(record, EvalRecord):
                 return
-            if record["test_accuracy"] >= target:
+            if record.test_accuracy >= target:
                 raise StopTraining("target")
             if trial is not None:
-                trial.report(1 - record["test_accuracy"], step=int(record["examples_seen"]))
+                trial.report(1 - record.test_accuracy, step=int(record.examples_seen))
                 if trial.should_prune():
                     raise StopTraining("pruned")
 

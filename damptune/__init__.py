@@ -5,8 +5,9 @@ from damptune.config import TrainConfig
 from damptune.dampers import DAMPERS, Damper, Param, Progress, Step, get_damper
 from damptune.errors import CheckpointError, ClusterError, ConfigError, DamptuneError, StopTraining
 from damptune.estimator import DampedClassifier
+from damptune.records import EvalRecord, Record, ResumeRecord, UpdateRecord
 from damptune.state import TrainData, TrainState
-from damptune.trainer import train
+from damptune.trainer import calibrate, train
 
 __all__ = [
     "DAMPERS",
@@ -16,13 +17,18 @@ __all__ = [
     "DampedClassifier",
     "Damper",
     "DamptuneError",
+    "EvalRecord",
     "Param",
     "Progress",
+    "Record",
+    "ResumeRecord",
     "Step",
     "StopTraining",
     "TrainConfig",
     "TrainData",
     "TrainState",
+    "UpdateRecord",
+    "calibrate",
     "get_damper",
     "load_checkpoint",
     "save_checkpoint",

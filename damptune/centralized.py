@@ -22,7 +22,7 @@ import torch
 from distributed import Client
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from damptune.cluster import gather_within, scatter_data, worker_addresses
+from damptune.cluster import gather_within, live_workers, scatter_data, worker_addresses
 from damptune.config import TrainConfig
 from damptune.errors import ClusterError
 from damptune.loop import FLAG_NONE, LocalOps, shard_forward
@@ -148,10 +148,8 @@ class CentralizedOps:
         log.warning("lost worker(s) %s; recomputing their shares elsewhere", sorted(dead))
         for worker in dead:
             self.ranks.pop(worker, None)
-        current = set(worker_addresses(self.client))
-        alive = [w for w in self.workers if w in current and w not in dead]
-        fresh = sorted(current - set(self.workers) - self.known)
-        self.workers = alive + fresh or sorted(current)
+        alive, fresh = live_workers(self.client, self.workers, known=self.known, dead=dead)
+        self.workers = alive + fresh or worker_addresses(self.client)
         if not self.workers:
             self.client.wait_for_workers(1, timeout=self.config.timeout)
             self.workers = worker_addresses(self.client)

@@ -6,9 +6,11 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
+
+from damptune.records import EvalRecord, Record, UpdateRecord
 
 __all__ = ["main", "build_parser"]
 
@@ -71,66 +73,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _train(args: argparse.Namespace) -> int:
+def _progress_bar(args: argparse.Namespace, n_train: int) -> tuple[Any, Callable[[Record], None]]:
+    """A tqdm bar over examples seen, and the callback that moves it."""
     from tqdm import tqdm
 
-    import models
-    from damptune.estimator import DampedClassifier
-
-    data = models.load_dataset(args.dataset, seed=args.seed, root=args.data_root)
-    n_train = len(data.y_train)
     bar = tqdm(total=round(args.epochs * n_train), unit="ex", unit_scale=True,
                disable=args.no_progress, file=sys.stderr, desc=f"{args.model}/{args.damper}")
     last: dict[str, Any] = {}
 
-    def progress(record: dict[str, Any]) -> None:
-        if record["kind"] == "eval":
-            last["acc"] = record["test_accuracy"]
-        else:
-            bar.update(record["examples_seen"] - bar.n)
-        bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}",
-                        B=record.get("batch_size"), P=record.get("n_workers"),
-                        acc=f"{last.get('acc', float('nan')):.3f}", refresh=False)
+    def progress(record: Record) -> None:
+        if isinstance(record, EvalRecord):
+            last["acc"] = record.test_accuracy
+            return
+        bar.update(record.examples_seen - bar.n)
+        if isinstance(record, UpdateRecord):
+            bar.set_postfix(loss=f"{record.loss:.3f}", B=record.batch_size, P=record.n_workers,
+                            acc=f"{last.get('acc', float('nan')):.3f}", refresh=False)
 
-    clf = DampedClassifier(
-        module=models.model_class(args.model),
-        optimizer__momentum=args.momentum,
-        lr=args.lr,
-        batch_size=args.damper,
-        batch_size__initial=args.initial,
-        max_batch_size=args.max_batch_size,
-        per_worker_batch=args.per_worker_batch,
-        min_workers=args.min_workers,
-        max_workers=args.workers,
-        max_epochs=args.epochs,
-        max_updates=args.max_updates,
-        eval_every=args.eval_every,
-        mode=args.mode,
-        cluster=args.scheduler,
-        device=args.device,
-        seed=args.seed,
-        checkpoint_path=args.checkpoint,
-        checkpoint_every=args.checkpoint_every,
-        checkpoint_seconds=args.checkpoint_seconds,
-        resume=args.resume,
-        profile=args.profile,
-        callback=progress,
-        **{f"batch_size__{k}": v for k, v in args.param},
+    return bar, progress
+
+
+def _classifier(args: argparse.Namespace, callback: Callable[[Record], None]) -> Any:
+    import models
+    from damptune.estimator import DampedClassifier
+
+    return DampedClassifier(
+        module=models.model_class(args.model), optimizer__momentum=args.momentum, lr=args.lr,
+        batch_size=args.damper, batch_size__initial=args.initial,
+        max_batch_size=args.max_batch_size, per_worker_batch=args.per_worker_batch,
+        min_workers=args.min_workers, max_workers=args.workers, max_epochs=args.epochs,
+        max_updates=args.max_updates, eval_every=args.eval_every, mode=args.mode,
+        cluster=args.scheduler, device=args.device, seed=args.seed,
+        checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every,
+        checkpoint_seconds=args.checkpoint_seconds, resume=args.resume, profile=args.profile,
+        callback=callback, **{f"batch_size__{k}": v for k, v in args.param},
     )
-    from damptune import interrupt
 
-    interrupt.install_sigterm_handler()  # SIGTERM: checkpoint, then stop (resume continues)
-    t0 = time.perf_counter()
-    clf.fit(data.X_train, data.y_train, eval_set=(data.X_test, data.y_test))
-    wall = time.perf_counter() - t0
-    bar.close()
+
+def _summary(args: argparse.Namespace, clf: Any, n_train: int, wall: float) -> dict[str, Any]:
     evals = [r for r in clf.history_ if r["kind"] == "eval"]
     updates = [r for r in clf.history_ if r["kind"] == "update"]
-    summary = {
-        "model": args.model,
-        "dataset": args.dataset,
-        "damper": args.damper,
-        "mode": args.mode,
+    return {
+        "model": args.model, "dataset": args.dataset, "damper": args.damper, "mode": args.mode,
         "test_accuracy": evals[-1]["test_accuracy"] if evals else None,
         "updates": clf.n_updates_,
         "examples_seen": clf.examples_seen_,
@@ -144,6 +128,22 @@ def _train(args: argparse.Namespace) -> int:
         "stopped": clf.stopped_,
         "interrupted": clf.state_.interrupted,
     }
+
+
+def _train(args: argparse.Namespace) -> int:
+    import models
+    from damptune import interrupt
+
+    data = models.load_dataset(args.dataset, seed=args.seed, root=args.data_root)
+    n_train = len(data.y_train)
+    bar, progress = _progress_bar(args, n_train)
+    clf = _classifier(args, progress)
+    interrupt.install_sigterm_handler()  # SIGTERM: checkpoint, then stop (resume continues)
+    t0 = time.perf_counter()
+    clf.fit(data.X_train, data.y_train, eval_set=(data.X_test, data.y_test))
+    wall = time.perf_counter() - t0
+    bar.close()
+    summary = _summary(args, clf, n_train, wall)
     if clf.state_.interrupted:
         print(f"{clf.stopped_}; checkpoint {args.checkpoint}: run again with --resume to continue",
               file=sys.stderr)

@@ -67,6 +67,20 @@ def worker_addresses(client: Client) -> list[str]:
     return sorted(client.scheduler_info(n_workers=-1)["workers"])
 
 
+def live_workers(client: Client, ours: list[str], *, known: set[str],
+                 dead: set[str] | None = None) -> tuple[list[str], list[str]]:
+    """After a run lost workers: ``(ours still alive, workers that joined since)``, the
+    latter sorted. ``known`` are the addresses the run ever saw (a dead one never comes back:
+    a replacement has a new address); ``dead`` are the ones it just saw fail."""
+    gone = dead or set()
+    current = worker_addresses(client)
+    alive = [w for w in ours if w in current and w not in gone]
+    fresh = sorted(w for w in current if w not in known and w not in ours and w not in gone)
+    return alive, fresh
+
+
+# one scattered copy per (client, dataset): every run of this process that shares a client
+# (trials of a grid) shares it; keyed by the client's id since futures die with their client
 _SCATTERED: dict[tuple[str, str], Any] = {}
 
 

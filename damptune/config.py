@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from damptune.dampers import DAMPERS, Damper, get_damper
+from damptune.dampers import Damper, get_damper
 from damptune.errors import ConfigError
+from damptune.imports import import_path, resolve
 from damptune.netmodel import CostModel, get_profile
+from damptune.validate import choice, non_negative_float, positive_float, positive_int
 
-__all__ = ["TrainConfig", "MODES", "import_path", "resolve", "n_workers_for"]
+__all__ = ["TrainConfig", "MODES", "import_path", "resolve", "n_workers_for", "cap_for"]
 
 MODES = ("local", "centralized", "decentralized")
 # Fields that define the math of a run: a checkpoint written under other values cannot continue.
@@ -28,26 +29,6 @@ IDENTITY_FIELDS = (
     "seed",
     "n_train",
 )
-
-
-def import_path(obj: Any) -> str:
-    """``"package.module:QualName"`` of a class or function (how it travels to workers)."""
-    return f"{obj.__module__}:{obj.__qualname__}"
-
-
-def resolve(path: str, *, param: str = "module", accepted: str = "") -> Any:
-    """Inverse of :func:`import_path`; a ConfigError naming ``param`` if it does not import."""
-    module, sep, name = path.partition(":")
-    expected = accepted or "an import path 'package.module:Name'"
-    if not sep or not module or not name:
-        raise ConfigError(param, path, expected)
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in name.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(param, path, expected, f"({exc})") from exc
-    return obj
 
 
 @dataclass
@@ -110,38 +91,26 @@ class TrainConfig:
         )
 
     def make_damper(self) -> Damper:
-        cls = DAMPERS.get(self.damper) or resolve(
-            self.damper, param="batch_size",
-            accepted=f"one of {sorted(DAMPERS)} or an import path 'package.module:Damper'",
-        )
-        return get_damper(cls, **self.damper_kwargs)
+        return get_damper(self.damper, **self.damper_kwargs)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for the first invalid value (before any work starts)."""
-        if self.mode not in MODES:
-            raise ConfigError("mode", self.mode, f"one of {list(MODES)}")
-        for name in ("max_batch_size", "per_worker_batch", "min_workers", "max_workers"):
-            _positive_int(name, getattr(self, name))
+        choice("mode", self.mode, MODES)
+        for name in ("max_batch_size", "per_worker_batch", "min_workers", "max_workers",
+                     "train_loss_examples", "checkpoint_keep"):
+            positive_int(name, getattr(self, name))
         if self.min_workers > self.max_workers:
             raise ConfigError(
                 "min_workers", self.min_workers, f"at most max_workers={self.max_workers}"
             )
         for name in ("lr", "max_epochs", "eval_every", "timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ConfigError(name, value, "a positive number")
-            if not math.isfinite(value):
-                raise ConfigError(name, value, "a finite positive number")
-        if self.checkpoint_seconds is not None and not (
-            isinstance(self.checkpoint_seconds, int | float) and self.checkpoint_seconds > 0
-        ):
-            raise ConfigError("checkpoint_seconds", self.checkpoint_seconds,
-                              "a positive number of seconds")
+            positive_float(name, getattr(self, name))
+        if self.checkpoint_seconds is not None:
+            positive_float("checkpoint_seconds", self.checkpoint_seconds,
+                           "a positive number of seconds")
         for name in ("max_updates", "checkpoint_every"):
             if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
-        _positive_int("train_loss_examples", self.train_loss_examples)
-        _positive_int("checkpoint_keep", self.checkpoint_keep)
+                positive_int(name, getattr(self, name))
         damper = self.make_damper()
         damper._check()
         if damper.initial > self.max_batch_size:
@@ -154,19 +123,23 @@ class TrainConfig:
             raise ConfigError("device", self.device, "'cpu', 'cuda', 'cuda:N' or 'auto'")
         get_profile(self.profile)
         for name in ("compute_per_example", "compute_fixed", "overhead"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int | float) or value < 0):
-                raise ConfigError(name, value, "a non-negative number of seconds")
-        if self.backend not in ("gloo", "nccl"):
-            raise ConfigError("backend", self.backend, "'gloo' (CPU) or 'nccl' (GPU)")
+            if getattr(self, name) is not None:
+                non_negative_float(name, getattr(self, name), "a non-negative number of seconds")
+        choice("backend", self.backend, ("gloo", "nccl"))
+
+
+def cap_for(n_workers: int, per_worker_batch: int) -> int:
+    """The batch-size cap of a cluster of ``n_workers`` ranks, in examples: the one place where
+    the cluster size enters the cap-then-decay rule.
+
+    Example:
+        >>> cap_for(4, 32)
+        128
+    """
+    return int(n_workers) * int(per_worker_batch)
 
 
 def n_workers_for(batch_size: int, config: TrainConfig) -> int:
     """Ranks for a batch: ``clip(ceil(B / per_worker_batch), min_workers, max_workers)``."""
     p = math.ceil(batch_size / config.per_worker_batch)
     return int(min(max(p, config.min_workers), config.max_workers))
-
-
-def _positive_int(param: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(param, value, "a positive integer")

@@ -32,6 +32,8 @@ from typing import Any, ClassVar, cast
 from sklearn.base import BaseEstimator
 
 from damptune.errors import ConfigError
+from damptune.imports import import_path, resolve
+from damptune.validate import positive_int
 
 __all__ = [
     "Param",
@@ -47,6 +49,7 @@ __all__ = [
     "RadaDamp",
     "DAMPERS",
     "get_damper",
+    "spec_of",
 ]
 
 _EPS = 1e-9  # guards ceil() against float fuzz such as 4 * 2**2 = 16.000000000000004
@@ -162,8 +165,8 @@ class Damper(BaseEstimator):
     def _check(self) -> None:
         if getattr(self, "checked_", False):
             return
-        _positive_int("batch_size__initial", self.initial)
-        _positive_int("batch_size__dwell", self.dwell)
+        positive_int("batch_size__initial", self.initial)
+        positive_int("batch_size__dwell", self.dwell)
         for p in self.search_space:
             value = getattr(self, p.name)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
@@ -176,11 +179,6 @@ class Damper(BaseEstimator):
 
     def validate(self) -> None:  # noqa: B027
         """Extra checks of the hyperparameters; raise ConfigError."""
-
-
-def _positive_int(param: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(param, value, "a positive integer")
 
 
 class SGD(Damper):
@@ -345,6 +343,21 @@ DAMPERS: dict[str, type[Damper]] = {
 }
 
 
+def _damper_class(path: str) -> type[Damper]:
+    accepted = f"one of {sorted(DAMPERS)} or an import path 'package.module:Damper'"
+    if ":" not in path:
+        raise ConfigError("batch_size", path, accepted)
+    cls = resolve(path, param="batch_size", accepted=accepted)
+    if not (isinstance(cls, type) and issubclass(cls, Damper)):
+        raise ConfigError("batch_size", path, "a subclass of damptune.dampers.Damper")
+    return cls
+
+
+def spec_of(damper: Damper) -> str:
+    """How a damper travels in a configuration: its registered name, else its import path."""
+    return damper.name if DAMPERS.get(damper.name) is type(damper) else import_path(type(damper))
+
+
 def get_damper(spec: str | type[Damper] | Damper | int, **params: Any) -> Damper:
     """Build a damper from a name, a class, an instance (cloned) or an int (constant B0).
 
@@ -352,7 +365,8 @@ def get_damper(spec: str | type[Damper] | Damper | int, **params: Any) -> Damper
         >>> get_damper("geodamp", initial=128, factor=5, delay=60).factor
         5
     """
-    accepted = f"one of {sorted(DAMPERS)}, a Damper class or instance, or an int"
+    accepted = (f"one of {sorted(DAMPERS)}, an import path 'package.module:Damper', a Damper "
+                "class or instance, or an int")
     damper_cls: type[Damper]
     if isinstance(spec, Damper):
         template = cast(Damper, spec)
@@ -362,9 +376,7 @@ def get_damper(spec: str | type[Damper] | Damper | int, **params: Any) -> Damper
     elif isinstance(spec, int):
         damper_cls, params = SGD, {"initial": spec, **params}
     elif isinstance(spec, str):
-        if spec not in DAMPERS:
-            raise ConfigError("batch_size", spec, f"one of {sorted(DAMPERS)}")
-        damper_cls = DAMPERS[spec]
+        damper_cls = DAMPERS.get(spec) or _damper_class(spec)
     elif isinstance(spec, type) and issubclass(spec, Damper):
         damper_cls = spec
     else:

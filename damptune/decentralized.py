@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from distributed import Client, get_worker
 
-from damptune.cluster import gather_within, scatter_data, worker_addresses
+from damptune.cluster import gather_within, live_workers, scatter_data, worker_addresses
 from damptune.config import TrainConfig, n_workers_for
 from damptune.errors import ClusterError, DamptuneError
 from damptune.loop import (
@@ -40,6 +40,7 @@ from damptune.loop import (
     shard_evaluate,
 )
 from damptune.loop import shard_forward as _shard_forward
+from damptune.records import record_from_dict
 from damptune.state import TrainData, TrainState, resolve_device
 from damptune.worker import forget, registry
 
@@ -280,7 +281,7 @@ class DecentralizedRunner:
             else:
                 state.history.extend(records)
             for record in records:
-                emit(record)
+                emit(record_from_dict(record))
             if reason == RESIZE:
                 self.form(state, self.world_for(state))
                 continue
@@ -314,9 +315,7 @@ class DecentralizedRunner:
         """Our workers still alive, then workers that joined since (e.g. restarted ones)."""
         deadline = time.monotonic() + self.config.timeout
         while True:
-            current = worker_addresses(self.client)
-            alive = [w for w in self.workers if w in current]
-            fresh = sorted(w for w in current if w not in self.known and w not in alive)
+            alive, fresh = live_workers(self.client, self.workers, known=self.known)
             workers = (alive + fresh)[: max(need, len(self.workers))]
             if len(workers) >= need:
                 return workers

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from damptune.config import TrainConfig, import_path, resolve
-from damptune.dampers import DAMPERS, Damper
+from damptune.config import TrainConfig, cap_for, import_path, resolve
+from damptune.dampers import get_damper, spec_of
 from damptune.errors import ConfigError
 from damptune.state import TrainData, TrainState
 from damptune.trainer import Callback, train
@@ -163,30 +163,18 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         optimizer = self.optimizer
         if isinstance(optimizer, str):
             optimizer = resolve(optimizer, param="optimizer")
-        damper_kwargs = self._prefixed("batch_size__")
-        spec = self.batch_size
-        if isinstance(spec, Damper):
-            damper_kwargs = {**spec.get_params(), **damper_kwargs}
-            spec = type(spec)
-        if isinstance(spec, int) and not isinstance(spec, bool):
-            damper_kwargs.setdefault("initial", spec)
-            spec = "sgd"
-        if isinstance(spec, type) and issubclass(spec, Damper):
-            spec = spec.name if DAMPERS.get(spec.name) is spec else import_path(spec)
-        if not isinstance(spec, str):
-            raise ConfigError("batch_size", self.batch_size,
-                              f"one of {sorted(DAMPERS)}, a Damper class or instance, or an int")
+        damper = get_damper(self.batch_size, **self._prefixed("batch_size__"))
         max_batch = self.max_batch_size
         if max_batch is None:
-            max_batch = self.max_workers * self.per_worker_batch
+            max_batch = cap_for(self.max_workers, self.per_worker_batch)
         return TrainConfig(
             module=import_path(module),
             module_kwargs=module_kwargs,
             optimizer=import_path(optimizer),
             optimizer_kwargs=self._prefixed("optimizer__"),
             lr=self.lr,
-            damper=spec,
-            damper_kwargs=damper_kwargs,
+            damper=spec_of(damper),
+            damper_kwargs=damper.get_params(),
             max_batch_size=max_batch,
             per_worker_batch=self.per_worker_batch,
             min_workers=self.min_workers,

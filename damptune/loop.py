@@ -11,20 +11,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from damptune.config import n_workers_for
-from damptune.dampers import Progress
+from damptune.dampers import Progress, Step
+from damptune.netmodel import CostModel
+from damptune.records import EvalRecord, Record, UpdateRecord
 from damptune.sampler import split_shares
 from damptune.state import TrainData, TrainState
 
 __all__ = ["Ops", "LocalOps", "advance", "shard_forward", "shard_evaluate", "Emit"]
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[Record], None]
 # Why `advance` returned: training is over, or a boundary where the driver must act.
 DONE, MAX_UPDATES, CHECKPOINT = "done", "max_updates", "checkpoint"
 RESIZE, FLUSH, INTERRUPTED = "resize", "flush", "interrupted"
@@ -142,102 +144,107 @@ def advance(
             return DONE
         if cfg.max_updates is not None and state.update >= cfg.max_updates:
             return MAX_UPDATES
-
-        # plan: damping → batch size and lr (cap-then-decay) → ranks
-        if state.pending_step is None:
-            progress = Progress(
-                update=state.update,
-                epoch=state.epoch,
-                examples_seen=state.examples_seen,
-                loss=state.last_loss,
-                grad_sq_norm=state.last_grad_sq_norm,
-                train_loss=lambda: ops.loss(split_shares(subset, _ranks(ops))) / len(subset),
-            )
-            state.pending_step = state.damper.step(
-                progress, lr0=cfg.lr, max_batch_size=cfg.max_batch_size
-            )
-        step = state.pending_step
+        step = plan(state, ops, subset)
         n_ranks = n_workers_for(step.batch_size, cfg)
         if ops.world_size is not None and n_ranks != ops.world_size:
             return RESIZE
-
-        # gradient of the global batch: each rank sums over its share
-        t0 = time.perf_counter()
-        indices = state.sampler.take(step.batch_size)
-        loss_sum, t_compute, t_comm, flag = ops.gradient(split_shares(indices, n_ranks))
-        grads = [p.grad for p in state.model.parameters() if p.grad is not None]
-        torch._foreach_div_(grads, float(step.batch_size))  # sum -> mean over the batch
-        grad_sq = float(torch.stack(torch._foreach_norm(grads)).square().sum())
-        for group in state.optimizer.param_groups:
-            group["lr"] = step.lr
-        state.optimizer.step()
-        t_update = time.perf_counter() - t0
-
-        # record
-        state.pending_step = None
-        state.update += 1
-        state.examples_seen += step.batch_size
-        state.last_loss = loss_sum / step.batch_size
-        state.last_grad_sq_norm = grad_sq
-        state.damper.observe(loss=state.last_loss, grad_sq_norm=grad_sq)
-        state.time_elapsed += t_update
-        state.time_sim += cost.update_seconds(batch_size=step.batch_size, n_ranks=n_ranks)
-        record = {
-            "kind": "update",
-            "update": state.update,
-            "epoch": state.epoch,
-            "examples_seen": state.examples_seen,
-            "batch_size": step.batch_size,
-            "lr": step.lr,
-            "damping": step.damping,
-            "n_workers": n_ranks,
-            "loss": state.last_loss,
-            "grad_sq_norm": grad_sq,
-            "time_compute": t_compute,
-            "time_comm": t_comm,
-            "time_update": t_update,
-            "time_elapsed": state.time_elapsed,
-            "time_sim": state.time_sim,
-        }
-        state.history.append(record)
-        emit(record)
-
-        # evaluation points every `eval_every` epochs, and at the end
-        if state.epoch >= state.next_eval * cfg.eval_every or state.finished():
-            while state.next_eval * cfg.eval_every <= state.epoch:
-                state.next_eval += 1
-            evaluate(state, ops, emit=emit, n_ranks=n_ranks)
-            if ops.world_size is not None:
-                return FLUSH  # let the driver see the evaluation (pruning) now
-        if cfg.checkpoint_every and state.update % cfg.checkpoint_every == 0:
-            return CHECKPOINT
-        if flag == FLAG_CHECKPOINT or (  # decentralized: rank 0's clock, in the all-reduce
-            ops.world_size is None and cfg.checkpoint_seconds
-            and time.monotonic() - state.checkpoint_clock >= cfg.checkpoint_seconds
-        ):
-            return CHECKPOINT
-        if should_stop is not None and should_stop():
-            return INTERRUPTED
-        if flag == FLAG_FLUSH:  # all ranks agree: the flag travelled in the all-reduce
-            return FLUSH
+        flag = apply_update(state, ops, step, n_ranks=n_ranks, cost=cost, emit=emit)
+        reason = _boundary(state, ops, flag=flag, n_ranks=n_ranks, emit=emit,
+                           should_stop=should_stop)
+        if reason is not None:
+            return reason
 
 
-def evaluate(state: TrainState, ops: Ops, *, emit: Emit, n_ranks: int) -> dict[str, Any]:
+def plan(state: TrainState, ops: Ops, subset: np.ndarray) -> Step:
+    """The next update's step: damping → batch size and lr (cap-then-decay); kept in
+    ``state.pending_step`` until applied (a resize boundary may come in between)."""
+    if state.pending_step is None:
+        progress = Progress(
+            update=state.update,
+            epoch=state.epoch,
+            examples_seen=state.examples_seen,
+            loss=state.last_loss,
+            grad_sq_norm=state.last_grad_sq_norm,
+            train_loss=lambda: ops.loss(split_shares(subset, _ranks(ops))) / len(subset),
+        )
+        state.pending_step = state.damper.step(
+            progress, lr0=state.config.lr, max_batch_size=state.config.max_batch_size
+        )
+    return state.pending_step
+
+
+def apply_update(state: TrainState, ops: Ops, step: Step, *, n_ranks: int, cost: CostModel,
+                 emit: Emit) -> int:
+    """One model update on ``n_ranks`` ranks (each sums the gradient over its share of the
+    global batch); records and emits it; returns the ranks' flag."""
+    t0 = time.perf_counter()
+    indices = state.sampler.take(step.batch_size)
+    loss_sum, t_compute, t_comm, flag = ops.gradient(split_shares(indices, n_ranks))
+    grads = [p.grad for p in state.model.parameters() if p.grad is not None]
+    torch._foreach_div_(grads, float(step.batch_size))  # sum -> mean over the batch
+    grad_sq = float(torch.stack(torch._foreach_norm(grads)).square().sum())
+    for group in state.optimizer.param_groups:
+        group["lr"] = step.lr
+    state.optimizer.step()
+    t_update = time.perf_counter() - t0
+
+    state.pending_step = None
+    state.update += 1
+    state.examples_seen += step.batch_size
+    state.last_loss = loss_sum / step.batch_size
+    state.last_grad_sq_norm = grad_sq
+    state.damper.observe(loss=state.last_loss, grad_sq_norm=grad_sq)
+    state.time_elapsed += t_update
+    state.time_sim += cost.update_seconds(batch_size=step.batch_size, n_ranks=n_ranks)
+    record = UpdateRecord(
+        update=state.update, epoch=state.epoch, examples_seen=state.examples_seen,
+        batch_size=step.batch_size, lr=step.lr, damping=step.damping, n_workers=n_ranks,
+        loss=state.last_loss, grad_sq_norm=grad_sq, time_compute=t_compute,
+        time_comm=t_comm, time_update=t_update, time_elapsed=state.time_elapsed,
+        time_sim=state.time_sim,
+    )
+    state.history.append(record.as_dict())
+    emit(record)
+    return flag
+
+
+def _boundary(state: TrainState, ops: Ops, *, flag: int, n_ranks: int, emit: Emit,
+              should_stop: Callable[[], bool] | None) -> str | None:
+    """After an update: evaluate when due; the boundary the driver must handle, if any."""
+    cfg = state.config
+    # evaluation points every `eval_every` epochs, and at the end
+    if state.epoch >= state.next_eval * cfg.eval_every or state.finished():
+        while state.next_eval * cfg.eval_every <= state.epoch:
+            state.next_eval += 1
+        evaluate(state, ops, emit=emit, n_ranks=n_ranks)
+        if ops.world_size is not None:
+            return FLUSH  # let the driver see the evaluation (pruning) now
+    if cfg.checkpoint_every and state.update % cfg.checkpoint_every == 0:
+        return CHECKPOINT
+    if flag == FLAG_CHECKPOINT or (  # decentralized: rank 0's clock, in the all-reduce
+        ops.world_size is None and cfg.checkpoint_seconds
+        and time.monotonic() - state.checkpoint_clock >= cfg.checkpoint_seconds
+    ):
+        return CHECKPOINT
+    if should_stop is not None and should_stop():
+        return INTERRUPTED
+    if flag == FLAG_FLUSH:  # all ranks agree: the flag travelled in the all-reduce
+        return FLUSH
+    return None
+
+
+def evaluate(state: TrainState, ops: Ops, *, emit: Emit, n_ranks: int) -> EvalRecord:
     """Evaluate on the held-out set, record and emit the result."""
     t0 = time.perf_counter()
     loss_sum, correct, count = ops.evaluate(n_ranks)
     state.time_elapsed += time.perf_counter() - t0
-    record = {
-        "kind": "eval",
-        "update": state.update,
-        "epoch": state.epoch,
-        "examples_seen": state.examples_seen,
-        "test_loss": loss_sum / count if count else float("nan"),
-        "test_accuracy": correct / count if count else float("nan"),
-        "time_elapsed": state.time_elapsed,
-        "time_sim": state.time_sim,
-    }
-    state.history.append(record)
+    record = EvalRecord(
+        update=state.update, epoch=state.epoch, examples_seen=state.examples_seen,
+        test_loss=loss_sum / count if count else float("nan"),
+        test_accuracy=correct / count if count else float("nan"),
+        time_elapsed=state.time_elapsed, time_sim=state.time_sim,
+    )
+    state.history.append(record.as_dict())
     emit(record)
     return record
 

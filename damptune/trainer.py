@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -44,11 +45,31 @@ from damptune.loop import (
     shard_forward,
 )
 from damptune.netmodel import calibrate_compute
-from damptune.state import GLOBAL_RNG_LOCK, TrainData, TrainState, resolve_device
+from damptune.records import Record, ResumeRecord
+from damptune.state import GLOBAL_RNG_LOCK, TrainData, TrainState, build_model, resolve_device
 
-__all__ = ["train", "calibrate", "Callback"]
+__all__ = ["train", "calibrate", "Callback", "Runner"]
 
-Callback = Callable[[dict[str, Any]], Any]
+Callback = Callable[[Record], Any]
+StopReason = Callable[[], str | None]
+
+
+class Runner(Protocol):
+    """Where the update loop runs: in this process (``local``, ``centralized``) or on the
+    ranks (``decentralized``). ``advance`` runs updates until a boundary and says why."""
+
+    def advance(self, state: TrainState, emit: Emit,
+                should_stop: Callable[[], bool] | None = None) -> str:
+        """Run updates until training ends or a boundary the driver must handle."""
+        ...
+
+    def sync(self, state: TrainState) -> None:
+        """Bring ``state`` up to date with the ranks (after a stop between segments)."""
+        ...
+
+    def close(self, state: TrainState) -> None:
+        """Release the ranks."""
+        ...
 
 
 class _OpsRunner:
@@ -79,16 +100,41 @@ def check_data(config: TrainConfig, data: TrainData) -> None:
         raise ConfigError("n_train", config.n_train, f"the number of examples ({len(data.y)})")
 
 
-def calibrate(config: TrainConfig, data: TrainData, state: TrainState) -> None:
-    """Measure one rank's forward+backward time (single-threaded, as ranks run) on a copy of
-    the model; store it in ``config`` (cached per model, device and batch sizes)."""
-    model = copy.deepcopy(state.model)
-    X, y = data.X.to(state.device), data.y.to(state.device)
+def _with_n_train(config: TrainConfig, data: TrainData) -> TrainConfig:
+    """``config`` with ``n_train`` taken from ``data`` where it is 0 (a copy; never changed)."""
+    return dataclasses.replace(config, n_train=config.n_train or len(data.y))
+
+
+def calibrate(config: TrainConfig, data: TrainData) -> TrainConfig:
+    """A copy of ``config`` with ``n_train`` from ``data`` and the compute calibration
+    (``compute_fixed``, ``compute_per_example``: one rank's forward+backward, single-threaded)
+    measured when it is not given. ``config`` itself is not changed.
+
+    Example:
+        >>> import numpy as np
+        >>> X, y = np.zeros((8, 4), "float32"), np.zeros(8, "int64")
+        >>> cfg = TrainConfig(module="torch.nn:Linear", module_kwargs={"in_features": 4,
+        ...     "out_features": 2}, compute_per_example=1e-4, compute_fixed=0.0)
+        >>> calibrate(cfg, TrainData.from_arrays(X, y)).n_train, cfg.n_train
+        (8, 0)
+    """
+    config = _with_n_train(config, data)
+    if config.compute_per_example is not None:
+        return config
+    device = resolve_device(config)
+    return _measure(config, data, build_model(config).to(device), device)
+
+
+def _measure(config: TrainConfig, data: TrainData, model: torch.nn.Module,
+             device: torch.device) -> TrainConfig:
+    """``config`` with one rank's compute measured on ``model`` (its gradients are
+    overwritten, its weights untouched); cached per model, device and batch sizes."""
+    X, y = data.X.to(device), data.y.to(device)
     n = len(y)
 
     def step(size: int) -> None:
         shard_forward(model, X, y, np.arange(min(size, n)), grad=True)
-        if state.device.type == "cuda":
+        if device.type == "cuda":
             torch.cuda.synchronize()
 
     # it draws nothing, but saves and restores the process's shared generator
@@ -97,13 +143,13 @@ def calibrate(config: TrainConfig, data: TrainData, state: TrainState) -> None:
         torch.set_num_threads(1)
         try:
             key = "|".join([config.module, repr(sorted(config.module_kwargs.items())),
-                            str(state.device), f"x{tuple(data.X.shape[1:])}"])
+                            str(device), f"x{tuple(data.X.shape[1:])}"])
             sizes = (min(n, config.per_worker_batch), min(n, 4 * config.per_worker_batch))
-            config.compute_fixed, config.compute_per_example = calibrate_compute(
-                key, step, batch_sizes=sizes)
+            fixed, per_example = calibrate_compute(key, step, batch_sizes=sizes)
         finally:
             torch.set_num_threads(threads)
             torch.set_rng_state(rng)
+    return dataclasses.replace(config, compute_fixed=fixed, compute_per_example=per_example)
 
 
 def train(
@@ -122,13 +168,16 @@ def train(
 ) -> TrainState:
     """Train until ``max_epochs`` (or ``max_updates``) and return the final state.
 
+    ``config`` is not changed: the resolved configuration (``n_train``, the compute
+    calibration) is ``state.config``.
+
     Args:
         config: the run's configuration (``n_train`` 0 means: take it from ``data``).
         data: training and evaluation tensors.
         state: continue this in-memory state instead of starting fresh.
-        callback: called with every progress record (``kind`` update or eval, and one
-            ``resume`` record first when training continues a checkpoint); it may raise
-            :class:`StopTraining` to end training early.
+        callback: called with every progress record (:mod:`damptune.records`: an
+            ``UpdateRecord`` or ``EvalRecord``, and one ``ResumeRecord`` first when training
+            continues a checkpoint); it may raise :class:`StopTraining` to end training early.
         checkpoint_path: local path or fsspec URL; written every ``checkpoint_every`` updates
             and at the end.
         resume: continue from ``checkpoint_path`` when it exists.
@@ -143,17 +192,37 @@ def train(
             (a spot cluster's end of life, less a margin).
     """
     # setup: every check before any work and before touching an existing checkpoint
-    if config.n_train == 0:
-        config.n_train = len(data.y)
+    config = _with_n_train(config, data)
     config.validate()
     check_data(config, data)
-    ckpt = None
-    if resume and checkpoint_path:
-        ckpt = load_latest(checkpoint_path, keep=config.checkpoint_keep)
+    # resume
+    state, resumed = _start(config, data, state, checkpoint_path if resume else None)
+    emit: Emit = callback if callback is not None else (lambda record: None)
+    if resumed:  # told to the callback only: the history stays that of an unbroken run
+        emit(ResumeRecord(update=state.update, epoch=state.epoch,
+                          examples_seen=state.examples_seen, time_elapsed=state.time_elapsed,
+                          time_sim=state.time_sim))
+    checkpoints = _Checkpoints(checkpoint_path, keep=state.config.checkpoint_keep)
+    # loop
+    with contextlib.ExitStack() as stack:
+        runner = _open_runner(stack, state, data, cluster=cluster, workers=workers,
+                              local_directory=local_directory)
+        _run(state, runner, emit, _stop_reason(should_stop, deadline), checkpoints)
+    # teardown
+    checkpoints.save(state)
+    return state
+
+
+def _start(config: TrainConfig, data: TrainData, state: TrainState | None,
+           checkpoint_path: str | None) -> tuple[TrainState, bool]:
+    """The state to train (fresh, the given one, or the checkpoint's) with its resolved
+    configuration; True if it continues a checkpoint. The one place where runs resume."""
+    ckpt = load_latest(checkpoint_path, keep=config.checkpoint_keep) if checkpoint_path else None
     if ckpt is not None and config.compute_per_example is None:
         # keep the calibration the run started with, so its simulated time stays continuous
-        config.compute_per_example = ckpt["config"].get("compute_per_example")
-        config.compute_fixed = ckpt["config"].get("compute_fixed")
+        config = dataclasses.replace(
+            config, compute_per_example=ckpt["config"].get("compute_per_example"),
+            compute_fixed=ckpt["config"].get("compute_fixed"))
     resumed = False
     if state is None:
         state = TrainState(config, device=resolve_device(config))
@@ -161,80 +230,86 @@ def train(
             state.restore(ckpt)  # raises CheckpointError if it belongs to another run
             resumed = True
     elif config.compute_per_example is None:
-        config.compute_per_example = state.config.compute_per_example
-        config.compute_fixed = state.config.compute_fixed
+        config = dataclasses.replace(config, compute_per_example=state.config.compute_per_example,
+                                     compute_fixed=state.config.compute_fixed)
     if config.compute_per_example is None:
-        calibrate(config, data, state)
+        config = _measure(config, data, copy.deepcopy(state.model), state.device)
     state.config = config
     state.stopped, state.interrupted = None, False
+    return state, resumed
 
-    def stop_reason() -> str | None:
-        reason = interrupt.requested() or (should_stop() if should_stop else None)
-        if reason is None and deadline is not None and time.time() >= deadline:
-            reason = "the cluster's lifetime limit is near"
-        return reason
 
-    saved_at: list[tuple[int, int]] = []
+def _stop_reason(should_stop: Callable[[], str | None] | None,
+                 deadline: float | None) -> StopReason:
+    """Why training must stop now (a SIGTERM, the caller, the cluster's deadline), or None."""
 
-    def save() -> None:
+    def reason() -> str | None:
+        found = interrupt.requested() or (should_stop() if should_stop else None)
+        if found is None and deadline is not None and time.time() >= deadline:
+            found = "the cluster's lifetime limit is near"
+        return found
+
+    return reason
+
+
+class _Checkpoints:
+    """Writes the state's checkpoint (never the same generation twice) and restarts the
+    checkpoint clock."""
+
+    def __init__(self, path: str | None, *, keep: int) -> None:
+        self.path, self.keep = path, keep
+        self.saved_at: tuple[int, int] | None = None
+
+    def save(self, state: TrainState) -> None:
         mark = (state.update, len(state.history))
-        if checkpoint_path and (not saved_at or saved_at[-1] != mark):  # no duplicate generation
-            save_checkpoint(checkpoint_path, state.checkpoint(), keep=config.checkpoint_keep)
-            saved_at.append(mark)
+        if self.path and self.saved_at != mark:
+            save_checkpoint(self.path, state.checkpoint(), keep=self.keep)
+            self.saved_at = mark
         state.checkpoint_clock = time.monotonic()
 
-    def emit(record: dict[str, Any]) -> None:
-        if callback is not None:
-            callback(dict(record))
 
-    if resumed:  # told to the callback only: the history stays that of an unbroken run
-        emit({"kind": "resume", "update": state.update, "epoch": state.epoch,
-              "examples_seen": state.examples_seen, "time_elapsed": state.time_elapsed,
-              "time_sim": state.time_sim})
+def _open_runner(stack: contextlib.ExitStack, state: TrainState, data: TrainData, *,
+                 cluster: Any, workers: list[str] | None,
+                 local_directory: str | None) -> Runner:
+    """The runner of the configured mode (its Dask client closes with ``stack``)."""
+    config = state.config
+    if config.mode == "local":
+        return _OpsRunner(LocalOps(state.model, data.to(state.device)))
+    client = stack.enter_context(
+        connect(cluster, n_workers=config.max_workers, local_directory=local_directory))
+    known = worker_addresses(client)
+    if workers is not None and not set(workers) <= set(known):
+        raise ConfigError("workers", sorted(set(workers) - set(known)),
+                          f"addresses of the cluster's workers: {known}")
+    workers = list(workers) if workers is not None else known
+    data_future = scatter_data(client, data)
+    if config.mode == "centralized":
+        return _OpsRunner(CentralizedOps(client=client, model=state.model, config=config,
+                                         data=data, data_future=data_future, workers=workers))
+    return DecentralizedRunner(client=client, config=config, data=data,
+                               data_future=data_future, workers=workers)
 
-    with contextlib.ExitStack() as stack:
-        if config.mode == "local":
-            runner: Any = _OpsRunner(LocalOps(state.model, data.to(state.device)))
-        else:
-            client = stack.enter_context(
-                connect(cluster, n_workers=config.max_workers, local_directory=local_directory)
-            )
-            known = worker_addresses(client)
-            if workers is not None and not set(workers) <= set(known):
-                raise ConfigError("workers", sorted(set(workers) - set(known)),
-                                  f"addresses of the cluster's workers: {known}")
-            workers = list(workers) if workers is not None else known
-            data_future = scatter_data(client, data)
-            if config.mode == "centralized":
-                runner = _OpsRunner(CentralizedOps(
-                    client=client, model=state.model, config=config, data=data,
-                    data_future=data_future, workers=workers,
-                ))
-            else:
-                runner = DecentralizedRunner(
-                    client=client, config=config, data=data, data_future=data_future,
-                    workers=workers,
-                )
-        # loop: run to the next boundary; checkpoint there
-        try:
-            with interrupt.active():
-                while True:
-                    reason = runner.advance(state, emit,
-                                            should_stop=lambda: stop_reason() is not None)
-                    if reason == FLUSH and stop_reason() is not None:
-                        runner.sync(state)  # decentralized: the driver stops between segments
-                        reason = INTERRUPTED
-                    if reason == CHECKPOINT:
-                        save()
-                    if reason == INTERRUPTED:
-                        state.interrupted = True
-                        state.stopped = f"interrupted: {stop_reason()}"
-                    if reason in (DONE, MAX_UPDATES, INTERRUPTED):
-                        break
-        except StopTraining as exc:
-            state.stopped = str(exc) or "stopped by the callback"
-        finally:
-            runner.close(state)
-    # teardown
-    save()
-    return state
+
+def _run(state: TrainState, runner: Runner, emit: Emit, stop_reason: StopReason,
+         checkpoints: _Checkpoints) -> None:
+    """Run to each boundary; checkpoint there; stop when training is over, interrupted, or
+    stopped by the callback (``state.stopped`` says why)."""
+    try:
+        with interrupt.active():
+            while True:
+                reason = runner.advance(state, emit,
+                                        should_stop=lambda: stop_reason() is not None)
+                if reason == FLUSH and stop_reason() is not None:
+                    runner.sync(state)  # decentralized: the driver stops between segments
+                    reason = INTERRUPTED
+                if reason == CHECKPOINT:
+                    checkpoints.save(state)
+                if reason == INTERRUPTED:
+                    state.interrupted = True
+                    state.stopped = f"interrupted: {stop_reason()}"
+                if reason in (DONE, MAX_UPDATES, INTERRUPTED):
+                    return
+    except StopTraining as exc:
+        state.stopped = str(exc) or "stopped by the callback"
+    finally:
+        runner.close(state)

@@ -4,6 +4,7 @@ from sklearn.base import clone
 
 from damptune import ConfigError, DampedClassifier, StopTraining
 from damptune.dampers import GeoDamp
+from damptune.records import EvalRecord
 from models import MLP
 
 
@@ -73,20 +74,20 @@ def test_callback_receives_records_and_can_stop(blobs):
 
     def callback(record):
         seen.append(record)
-        if record["kind"] == "eval":
+        if isinstance(record, EvalRecord):
             raise StopTraining("pruned at the first evaluation")
 
     clf = make(callback=callback).fit(X, y, eval_set=(Xt, yt))
     assert clf.stopped_ == "pruned at the first evaluation"
-    assert seen[-1]["kind"] == "eval" and seen[-1]["epoch"] == pytest.approx(1, abs=0.1)
-    assert [r["update"] for r in seen] == [r["update"] for r in clf.history_]
+    assert isinstance(seen[-1], EvalRecord) and seen[-1].epoch == pytest.approx(1, abs=0.1)
+    assert [r.as_dict() for r in seen] == clf.history_
 
 
 def test_callback_can_stop_decentralized(blobs, scheduler):
     X, y, Xt, yt = blobs
 
     def callback(record):
-        if record["kind"] == "eval":
+        if isinstance(record, EvalRecord):
             raise StopTraining("enough")
 
     clf = make(mode="decentralized", cluster=scheduler, per_worker_batch=16, max_workers=4,

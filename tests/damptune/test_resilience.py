@@ -140,9 +140,9 @@ def killer_at_update(scheduler, which, at_update=30):
     done = []
 
     def callback(record):
-        if done or record.get("update", 0) < at_update:
+        if done or record.update < at_update:
             return
-        done.append(record["update"])
+        done.append(record.update)
         with Client(scheduler, timeout="10s") as client:
             workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
             pids = client.run(os.getpid, workers=which(workers))
