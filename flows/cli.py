@@ -70,18 +70,12 @@ def _progress(storage: str, grid_name: str, total: int, stop: threading.Event) -
     """A progress bar fed by the Optuna storage (finished trials of this grid)."""
     from tqdm import tqdm
 
-    from tasks.search import FINISHED, storage_for
+    from tasks.search import finished_in_grid
 
     bar = tqdm(total=total, unit="trial", desc=f"grid {grid_name}", file=sys.stderr)
     while not stop.wait(2.0):
         try:
-            store = storage_for(storage)
-            done = 0
-            for s in store.get_all_studies():
-                if s.user_attrs.get("grid") == grid_name:
-                    done += len(store.get_all_trials(s._study_id, deepcopy=False,
-                                                     states=FINISHED))
-            bar.update(min(done, total) - bar.n)
+            bar.update(min(finished_in_grid(storage, grid_name), total) - bar.n)
         except Exception:  # noqa: BLE001 - the storage may not exist yet
             continue
     bar.close()

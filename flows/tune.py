@@ -1,7 +1,8 @@
 """The ``tune`` flow: grid → cells → Optuna studies → trials on a Dask cluster → MLflow.
 
-It only wires things: validate the parameters, open the cluster, submit one cell task per
-(network size × algorithm × model) with bounded concurrency, and write the grid's summary.
+It only wires things: validate the parameters, open the session (the cluster and the clients),
+submit one cell task per (network size × algorithm × model) with bounded concurrency, and
+write the grid's summary.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from damptune import ConfigError, interrupt
+from damptune import interrupt
+from damptune.validate import positive_float, positive_int
 from tasks import tracking
 from tasks.cell import run_cell
-from tasks.clusters import open_cluster
 from tasks.console import keep_running_without_console
-from tasks.grid import ALGORITHMS, DEFAULT_TARGETS, MODEL_NAMES, GridSettings, cells_of
+from tasks.grid import ALGORITHMS, DEFAULT_TARGETS, MODEL_NAMES, Cell, GridSettings, cells_of
 from tasks.report import grid_rows, write_meta, write_summary
 from tasks.search import storage_for
+from tasks.session import open_session
 
 __all__ = ["tune", "resolve_locations"]
 
@@ -93,81 +95,105 @@ def tune(
             the cluster reaches this age (counted from the flow run's start); a rerun resumes
             them.
     """
-    started = time.time()
-    lifetime = interrupt.parse_duration(max_cluster_lifetime)
-    if not (isinstance(checkpoint_seconds, int | float) and checkpoint_seconds > 0):
-        raise ConfigError("checkpoint_seconds", checkpoint_seconds, "a positive number")
-    margin = min(max(60.0, 2 * checkpoint_seconds), lifetime / 2) if lifetime else 0.0
-    settings = GridSettings(
-        grid_name=grid_name, dataset=dataset, trials=trials, epochs=epochs,
-        target_accuracy=target_accuracy, profile=profile, mode=mode,
-        per_worker_batch=per_worker_batch, seed=seed, sampler=sampler, pruner=pruner,
-        run_dir=run_dir or "", storage=storage or "", tracking_uri=tracking_uri or "",
-        checkpoint_seconds=float(checkpoint_seconds), checkpoint_every=int(checkpoint_every),
-        checkpoint_root=checkpoint_root or "",
-        deadline=started + lifetime - margin if lifetime else 0.0,
-    )
-    cells = cells_of(networks=networks, algorithms=algorithms, models=models, settings=settings)
-    for name, value in (("max_concurrent_cells", max_concurrent_cells),
-                        ("max_concurrent_trials", max_concurrent_trials)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(name, value, "a positive integer")
-    resolve_locations(settings)
+    params = dict(locals())
+    settings, cells = _settings(params)
+    positive_int("max_concurrent_cells", max_concurrent_cells)
+    positive_int("max_concurrent_trials", max_concurrent_trials)
     logger = get_run_logger()
-    interrupt.clear()
-    interrupt.install_sigterm_handler()  # a SIGTERM checkpoints the trials, then stops
-    logger.info("grid %s: %d cells x %d trials; run dir %s; optuna %s; mlflow %s",
-                grid_name, len(cells), trials, settings.run_dir,
-                tracking.redact(settings.storage), tracking.redact(settings.tracking_uri))
-    write_meta(settings.run_dir, {"grid_name": grid_name,
-                                  "storage": tracking.redact(settings.storage),
-                                  "tracking_uri": tracking.redact(settings.tracking_uri),
-                                  "prefect_api_url": os.environ.get("PREFECT_API_URL", "")})
-    try:
-        pool_key = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001
-        pool_key = uuid.uuid4().hex
-    # create both stores once, before cells write to them concurrently
-    storage_for(settings.storage)
-    tracking.experiment_id(tracking.client_for(settings.tracking_uri), grid_name=grid_name,
-                           artifact_root=f"{settings.run_dir}/mlartifacts")
-    settings_dict = settings.to_dict()
-    failures = []
+    _prepare(settings, n_cells=len(cells))
+    failures: list[str] = []
+    runner: ThreadPoolTaskRunner[Any]
     with (
         keep_running_without_console(logger.warning),  # its Prefect worker may die first
-        open_cluster(cluster, n_workers=max(networks), key=pool_key,
-                     local_directory=os.path.join(settings.run_dir, "dask")),
+        open_session(settings, key=_flow_run_key(), cluster=cluster,
+                     n_workers=max(networks)) as session,
         ThreadPoolTaskRunner(max_workers=max_concurrent_cells) as runner,
     ):
-        futures = [
-            (cell, runner.submit(run_cell, {
-                "settings": settings_dict, "cell_key": cell.key,
-                "cell": {"network": cell.network, "algorithm": cell.algorithm,
-                         "model": cell.model},
-                "pool_key": pool_key, "max_concurrent_trials": max_concurrent_trials,
-            }))
-            for cell in cells
-        ]
+        futures: list[tuple[Cell, Any]] = [(cell, runner.submit(run_cell, {  # type: ignore[arg-type]
+            "settings": settings.to_dict(), "cell_key": cell.key,
+            "cell": {"network": cell.network, "algorithm": cell.algorithm, "model": cell.model},
+            "session_key": session.key, "max_concurrent_trials": max_concurrent_trials,
+        })) for cell in cells]
         for cell, future in futures:
             try:
                 future.result()
             except Exception as exc:  # noqa: BLE001 - reported after the others finish
                 failures.append(f"{cell.key}: {exc}")
                 logger.error("cell %s failed: %s", cell.key, exc)
+    return _summarize(settings, cells, failures)
 
-    tracking.wait_plots()
+
+def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
+    """The grid's settings and cells, validated before any work starts."""
+    lifetime = interrupt.parse_duration(params["max_cluster_lifetime"])
+    checkpoint_seconds = positive_float("checkpoint_seconds", params["checkpoint_seconds"],
+                                        "a positive number")
+    margin = min(max(60.0, 2 * checkpoint_seconds), lifetime / 2) if lifetime else 0.0
+    settings = GridSettings(
+        grid_name=params["grid_name"], dataset=params["dataset"], trials=params["trials"],
+        epochs=params["epochs"], target_accuracy=params["target_accuracy"],
+        profile=params["profile"], mode=params["mode"],
+        per_worker_batch=params["per_worker_batch"], seed=params["seed"],
+        sampler=params["sampler"], pruner=params["pruner"], run_dir=params["run_dir"] or "",
+        storage=params["storage"] or "", tracking_uri=params["tracking_uri"] or "",
+        checkpoint_seconds=checkpoint_seconds,
+        checkpoint_every=int(params["checkpoint_every"]),
+        checkpoint_root=params["checkpoint_root"] or "",
+        deadline=time.time() + lifetime - margin if lifetime else 0.0,
+    )
+    cells = cells_of(networks=params["networks"], algorithms=params["algorithms"],
+                     models=params["models"], settings=settings)
+    resolve_locations(settings)
+    return settings, cells
+
+
+def _prepare(settings: GridSettings, *, n_cells: int) -> None:
+    """Signals, the run directory's metadata, and both stores (created once, before cells
+    write to them concurrently)."""
+    logger = get_run_logger()
+    interrupt.clear()
+    interrupt.install_sigterm_handler()  # a SIGTERM checkpoints the trials, then stops
+    logger.info("grid %s: %d cells x %d trials; run dir %s; optuna %s; mlflow %s",
+                settings.grid_name, n_cells, settings.trials, settings.run_dir,
+                tracking.redact(settings.storage), tracking.redact(settings.tracking_uri))
+    write_meta(settings.run_dir, {"grid_name": settings.grid_name,
+                                  "storage": tracking.redact(settings.storage),
+                                  "tracking_uri": tracking.redact(settings.tracking_uri),
+                                  "prefect_api_url": os.environ.get("PREFECT_API_URL", "")})
+    storage_for(settings.storage)
+    tracking.experiment_id(tracking.client_for(settings.tracking_uri),
+                           grid_name=settings.grid_name,
+                           artifact_root=f"{settings.run_dir}/mlartifacts")
+
+
+def _flow_run_key() -> str:
+    """This flow run's id (the session's key), or a fresh one outside a flow run."""
+    try:
+        return str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001
+        return uuid.uuid4().hex
+
+
+def _summarize(settings: GridSettings, cells: list[Cell],
+               failures: list[str]) -> list[dict[str, Any]]:
+    """The grid's rows: written to the run directory, MLflow and a Prefect artifact."""
+    logger = get_run_logger()
     keys = {c.key for c in cells}
-    rows = [r for r in grid_rows(settings.storage, grid_name=grid_name)
+    rows = [r for r in grid_rows(settings.storage, grid_name=settings.grid_name)
             if f"n{r['network']}/{r['algorithm']}/{r['model']}" in keys]
     csv_path, md_path = write_summary(rows, settings.run_dir)
+    client = tracking.client_for(settings.tracking_uri)
     try:
-        tracking.with_retries(lambda: _log_grid_summary(settings, rows, csv_path, md_path),
-                              what="logging the grid's summary")
+        tracking.with_retries(lambda: tracking.log_grid_summary(
+            client, tracking.experiment_id(client, grid_name=settings.grid_name,
+                                           artifact_root=f"{settings.run_dir}/mlartifacts"),
+            grid_name=settings.grid_name, rows=rows, files=(csv_path, md_path)),
+            what="logging the grid's summary")
     except tracking.TrackingUnavailable as exc:  # the summary files are kept in the run dir
         logger.warning("%s", exc)
     with open(md_path) as f:
-        create_markdown_artifact(markdown=f"# Grid `{grid_name}`\n\n" + f.read(),
-                                 key=f"summary-{grid_name}".lower().replace("_", "-"))
+        create_markdown_artifact(markdown=f"# Grid `{settings.grid_name}`\n\n" + f.read(),
+                                 key=f"summary-{settings.grid_name}".lower().replace("_", "-"))
     if failures:
         raise RuntimeError(f"{len(failures)} cell(s) failed: " + "; ".join(failures))
     running = sum(r["n_running"] for r in rows)
@@ -176,23 +202,3 @@ def tune(
                        "of this grid continues them", running, interrupt.requested() or
                        "cluster lifetime or lost cluster")
     return rows
-
-
-def _log_grid_summary(settings: GridSettings, rows: list[dict[str, Any]], csv_path: str,
-                      md_path: str) -> None:
-    """The summary as a table artifact on the grid's run in MLflow (plus CSV and Markdown)."""
-    client = tracking.client_for(settings.tracking_uri)
-    exp_id = tracking.experiment_id(client, grid_name=settings.grid_name,
-                                    artifact_root=f"{settings.run_dir}/mlartifacts")
-    runs = client.search_runs([exp_id], filter_string="tags.`damptune.kind` = 'grid'",
-                              max_results=1)
-    run_id = runs[0].info.run_id if runs else client.create_run(
-        exp_id, run_name=f"{settings.grid_name} summary",
-        tags={"damptune.kind": "grid"}).info.run_id
-    table = {c: [str(r[c]) if isinstance(r[c], dict) else r[c] for r in rows]
-             for c in ("network", "algorithm", "model", "best_value", "best_params",
-                       "n_complete", "n_pruned", "n_failed")}
-    client.log_table(run_id, data=table, artifact_file="summary.json")
-    client.log_artifact(run_id, csv_path)
-    client.log_artifact(run_id, md_path)
-    client.set_terminated(run_id, status="FINISHED")

@@ -4,22 +4,45 @@ They adapt the engine's progress records to Optuna (report/prune) and MLflow (ru
 artifacts); the engine itself knows nothing of either.
 """
 
+from tasks.callbacks import (
+    CalibrationKeeper,
+    PruningReporter,
+    TargetStop,
+    TrialCallback,
+    WorkLogWriter,
+)
 from tasks.cell import run_cell, summarize
 from tasks.clusters import WorkerPool, open_cluster
+from tasks.driver import StudyDriver
 from tasks.grid import ALGORITHMS, MODEL_NAMES, Cell, GridSettings, cells_of
+from tasks.objective import objective
 from tasks.report import grid_rows, write_summary
-from tasks.trial import objective, run_trial
+from tasks.results import TrialResult, TrialState
+from tasks.session import Session, open_session
+from tasks.trial import run_trial
+from tasks.trial_logger import MlflowTrialLogger
 
 __all__ = [
     "ALGORITHMS",
     "MODEL_NAMES",
+    "CalibrationKeeper",
     "Cell",
     "GridSettings",
+    "MlflowTrialLogger",
+    "PruningReporter",
+    "Session",
+    "StudyDriver",
+    "TargetStop",
+    "TrialCallback",
+    "TrialResult",
+    "TrialState",
+    "WorkLogWriter",
     "WorkerPool",
     "cells_of",
     "grid_rows",
     "objective",
     "open_cluster",
+    "open_session",
     "run_cell",
     "run_trial",
     "summarize",

@@ -29,9 +29,7 @@ from distributed import Client
 from damptune import ClusterError, ConfigError
 from damptune.cluster import local_cluster, worker_addresses
 
-__all__ = ["WorkerPool", "open_cluster", "pool_for"]
-
-_POOLS: dict[str, WorkerPool] = {}
+__all__ = ["WorkerPool", "open_cluster"]
 
 
 class WorkerPool:
@@ -69,14 +67,6 @@ class WorkerPool:
                 self._cond.notify_all()
 
 
-def pool_for(key: str) -> WorkerPool:
-    """The pool a flow run registered under ``key`` (tasks receive the key, not the pool)."""
-    try:
-        return _POOLS[key]
-    except KeyError as exc:
-        raise ClusterError(f"no cluster is open for {key!r} in this process") from exc
-
-
 def _from_yaml(path: str, n_workers: int) -> Any:
     with open(path) as f:
         spec = yaml.safe_load(f) or {}
@@ -94,9 +84,9 @@ def _from_yaml(path: str, n_workers: int) -> Any:
 
 
 @contextlib.contextmanager
-def open_cluster(source: str, *, n_workers: int, key: str, local_directory: str,
+def open_cluster(source: str, *, n_workers: int, local_directory: str,
                  wait_timeout: float = 300.0) -> Iterator[WorkerPool]:
-    """Open the cluster for a flow run and register its worker pool under ``key``."""
+    """Open the cluster for a flow run: its worker pool, until the ``with`` block ends."""
     owned: Any = None
     if source == "local":
         owned = local_cluster(n_workers=n_workers, local_directory=local_directory)
@@ -112,14 +102,11 @@ def open_cluster(source: str, *, n_workers: int, key: str, local_directory: str,
     client = Client(address, timeout="30s", set_as_default=False)
     try:
         client.wait_for_workers(n_workers, timeout=wait_timeout)
-        pool = WorkerPool(address, worker_addresses(client))
-        _POOLS[key] = pool
-        yield pool
+        yield WorkerPool(address, worker_addresses(client))
     except TimeoutError as exc:
         raise ClusterError(f"the cluster at {address} did not offer {n_workers} workers within "
                            f"{wait_timeout} s") from exc
     finally:
-        _POOLS.pop(key, None)
         client.close()
         if owned is not None:
             owned.close()

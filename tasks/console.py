@@ -32,6 +32,7 @@ import select
 import stat
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 __all__ = ["keep_running_without_console", "console_detached", "reader_gone"]
 
@@ -83,9 +84,9 @@ def _detach_broken() -> None:
                 notify(message)
 
 
-def _quiet_on_broken_pipe(console: object) -> Callable[[], None]:
+def _quiet_on_broken_pipe(console: Any) -> Callable[[], None]:
     def on_broken_pipe() -> None:
-        console.quiet = True  # type: ignore[attr-defined] - what rich does, minus SystemExit
+        console.quiet = True  # what rich does, minus SystemExit
         _detach_broken()
     return on_broken_pipe
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from damptune import DAMPERS, ConfigError
+from damptune.config import cap_for
 from damptune.netmodel import get_profile
+from damptune.validate import choice, number_in, positive_float, positive_int
 from models import DATASETS, MODELS
 
 __all__ = ["Cell", "GridSettings", "cells_of", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS"]
@@ -65,69 +66,60 @@ class GridSettings:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def cap(self, cell: Cell) -> int:
+        """The cell's batch-size cap in examples (``network × per_worker_batch``)."""
+        return cap_for(cell.network, self.per_worker_batch)
+
     def target_for(self, model: str) -> float:
         if isinstance(self.target_accuracy, dict):
             return float(self.target_accuracy[model])
         return float(self.target_accuracy)
 
 
-def _number_in(name: str, value: Any, low: float, high: float, accepted: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(name, value, accepted)
-    if not low < value <= high:
-        raise ConfigError(name, value, accepted)
-
-
 def cells_of(
     *, networks: list[int], algorithms: list[str], models: list[str], settings: GridSettings
 ) -> list[Cell]:
     """Validate the grid's parameters (before any work) and list its cells."""
-    if not networks:
-        raise ConfigError("networks", networks, "a non-empty list of network sizes (ranks)")
-    for n in networks:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError("networks", networks, "network sizes that are integers >= 1")
-    if not algorithms:
-        raise ConfigError("algorithms", algorithms, f"a non-empty list from {sorted(DAMPERS)}")
-    for a in algorithms:
-        if a not in DAMPERS:
-            raise ConfigError("algorithms", a, f"names from {sorted(DAMPERS)}")
-    if not models:
-        raise ConfigError("models", models, f"a non-empty list from {sorted(MODELS)}")
-    for m in models:
-        if m not in MODELS:
-            raise ConfigError("models", m, f"names from {sorted(MODELS)}")
-    if settings.dataset not in DATASETS:
-        raise ConfigError("dataset", settings.dataset, f"one of {list(DATASETS)}")
-    if isinstance(settings.trials, bool) or not isinstance(settings.trials, int) or (
-        settings.trials <= 0
-    ):
-        raise ConfigError("trials", settings.trials, "a positive integer (trials per cell)")
-    targets = settings.target_accuracy
-    if isinstance(targets, dict):
-        missing = [m for m in models if m not in targets]
-        if missing:
-            raise ConfigError("target_accuracy", targets,
-                              f"an accuracy in (0, 1] for every model (missing {missing})")
-        for value in targets.values():
-            _number_in("target_accuracy", value, 0, 1, "accuracies in (0, 1]")
-    else:
-        _number_in("target_accuracy", targets, 0, 1, "an accuracy in (0, 1]")
-    _number_in("epochs", settings.epochs, 0, math.inf, "a positive number of epochs")
-    _number_in("lr", settings.lr, 0, math.inf, "a positive learning rate")
-    for name in ("per_worker_batch", "initial_batch"):
-        value = getattr(settings, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(name, value, "a positive integer (examples)")
+    _check_lists(networks=networks, algorithms=algorithms, models=models)
+    choice("dataset", settings.dataset, DATASETS)
+    positive_int("trials", settings.trials, "a positive integer (trials per cell)")
+    _check_targets(settings.target_accuracy, models)
+    positive_float("epochs", settings.epochs, "a positive number of epochs")
+    positive_float("lr", settings.lr, "a positive learning rate")
+    positive_int("per_worker_batch", settings.per_worker_batch, "a positive integer (examples)")
+    positive_int("initial_batch", settings.initial_batch, "a positive integer (examples)")
     get_profile(settings.profile)
-    if settings.mode not in ("centralized", "decentralized"):
-        raise ConfigError("mode", settings.mode, "'centralized' or 'decentralized'")
-    if settings.sampler not in ("tpe", "gp"):
-        raise ConfigError("sampler", settings.sampler, "'tpe' or 'gp'")
-    if settings.pruner not in ("hyperband", "sha", "none"):
-        raise ConfigError("pruner", settings.pruner, "'hyperband', 'sha' or 'none'")
+    choice("mode", settings.mode, ("centralized", "decentralized"))
+    choice("sampler", settings.sampler, ("tpe", "gp"))
+    choice("pruner", settings.pruner, ("hyperband", "sha", "none"))
     if not settings.grid_name or "/" in settings.grid_name:
         raise ConfigError("grid_name", settings.grid_name, "a non-empty name without '/'")
-    cells = [Cell(n, a, m) for n in sorted(set(networks)) for a in dict.fromkeys(algorithms)
+    return [Cell(n, a, m) for n in sorted(set(networks)) for a in dict.fromkeys(algorithms)
              for m in dict.fromkeys(models)]
-    return cells
+
+
+def _check_lists(*, networks: list[int], algorithms: list[str], models: list[str]) -> None:
+    if not networks:
+        raise ConfigError("networks", networks, "a non-empty list of network sizes (ranks)")
+    try:
+        for n in networks:
+            positive_int("networks", n)
+    except ConfigError:
+        raise ConfigError("networks", networks, "network sizes that are integers >= 1") from None
+    for name, values, known in (("algorithms", algorithms, DAMPERS), ("models", models, MODELS)):
+        if not values:
+            raise ConfigError(name, values, f"a non-empty list from {sorted(known)}")
+        for value in values:
+            choice(name, value, sorted(known))
+
+
+def _check_targets(targets: float | dict[str, float], models: list[str]) -> None:
+    if not isinstance(targets, dict):
+        number_in("target_accuracy", targets, 0, 1, "an accuracy in (0, 1]")
+        return
+    missing = [m for m in models if m not in targets]
+    if missing:
+        raise ConfigError("target_accuracy", targets,
+                          f"an accuracy in (0, 1] for every model (missing {missing})")
+    for value in targets.values():
+        number_in("target_accuracy", value, 0, 1, "accuracies in (0, 1]")

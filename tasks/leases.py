@@ -19,6 +19,8 @@ from sqlalchemy import Column, Float, MetaData, String, Table, create_engine, de
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from tasks.retries import retry
+
 __all__ = ["Leases", "leases_for", "Heartbeat"]
 
 _META = MetaData()
@@ -28,20 +30,21 @@ _TABLE = Table(
     Column("owner", String(128), nullable=False),
     Column("expires", Float, nullable=False),  # time.time() seconds
 )
+# one SQLAlchemy engine per storage URL and process, shared by every session's threads
 _CACHE: dict[str, Leases] = {}
 _LOCK = threading.Lock()
 
 
 def _retry(fn: Callable[[], bool], attempts: int = 5) -> bool:
-    """SQLite says 'database is locked' when writers collide: wait and try again."""
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except OperationalError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.2 * 2**attempt)
-    raise AssertionError("unreachable")
+    """SQLite says 'database is locked' when writers collide: wait and try again (the
+    pipeline's one retry loop, :func:`tasks.retries.retry`); past the attempts, the error."""
+    return retry(fn, transient=lambda exc: isinstance(exc, OperationalError),
+                 attempts=attempts, delay=0.2)
+
+
+def _create_table(engine: Engine) -> bool:
+    _META.create_all(engine, checkfirst=True)
+    return True
 
 
 class Leases:
@@ -51,7 +54,7 @@ class Leases:
         kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
         self.engine: Engine = create_engine(url, **kwargs)
         self.ttl = ttl
-        _retry(lambda: _META.create_all(self.engine, checkfirst=True) or True)
+        _retry(lambda: _create_table(self.engine))
 
     def acquire(self, key: str, owner: str) -> bool:
         """Take the lease if it is free, expired, or already ours."""
@@ -129,6 +132,10 @@ class Heartbeat:
                     return
             except OperationalError:
                 continue  # the storage is briefly unreachable: try at the next beat
+
+    def stop_reason(self) -> str | None:
+        """Why the trial must stop now (for ``train(should_stop=...)``), or None."""
+        return "another run took the trial's lease" if self.lost.is_set() else None
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()

@@ -13,10 +13,11 @@ T = TypeVar("T")
 
 
 def retry(fn: Callable[[], T], *, transient: Callable[[Exception], bool],
-          give_up: Callable[[Exception], Exception], attempts: int, delay: float) -> T:
+          give_up: Callable[[Exception], Exception] | None = None, attempts: int,
+          delay: float) -> T:
     """Call ``fn``; on an error ``transient`` accepts, wait ``delay · 2^k`` and call again, at
-    most ``attempts`` times in all, then raise ``give_up(error)`` from it. Other errors
-    propagate unchanged."""
+    most ``attempts`` times in all, then raise ``give_up(error)`` from it (the error itself
+    without ``give_up``). Other errors propagate unchanged."""
     for attempt in range(attempts):
         try:
             return fn()
@@ -24,6 +25,8 @@ def retry(fn: Callable[[], T], *, transient: Callable[[Exception], bool],
             if not transient(exc):
                 raise
             if attempt == attempts - 1:
+                if give_up is None:
+                    raise
                 raise give_up(exc) from exc
             time.sleep(delay * 2**attempt)
     raise AssertionError("unreachable")

@@ -13,11 +13,13 @@ import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
 from damptune import DAMPERS, DamptuneError, Param
+from damptune.config import cap_for
 from tasks.grid import Cell, GridSettings
 from tasks.retries import retry
 
 __all__ = [
     "storage_for", "study_name", "open_study", "distributions", "count_finished", "FINISHED",
+    "finished_in_grid",
     "sampler_for", "pruner_for", "trial_seed", "with_storage_retries", "StorageUnavailable",
 ]
 
@@ -30,6 +32,7 @@ T = TypeVar("T")
 LR_PARAM = Param("lr", 1e-3, 0.5, log=True, doc="learning rate (the sgd baseline's only knob)")
 
 
+# one storage (a SQLAlchemy engine) per URL and process, shared by every session's threads
 _STORAGES: dict[str, optuna.storages.BaseStorage] = {}
 _LOCK = threading.Lock()
 
@@ -56,7 +59,7 @@ def study_name(settings: GridSettings, cell: Cell) -> str:
 
 def distributions(settings: GridSettings, cell: Cell) -> dict[str, BaseDistribution]:
     """The damper's declared space, clipped to the trial budget and the cell's cap."""
-    cap = cell.network * settings.per_worker_batch
+    cap = cap_for(cell.network, settings.per_worker_batch)
     space = DAMPERS[cell.algorithm].space(max_epochs=settings.epochs) or (LR_PARAM,)
     out: dict[str, BaseDistribution] = {}
     for p in space:
@@ -120,6 +123,13 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
 
 def count_finished(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def finished_in_grid(url: str, grid_name: str) -> int:
+    """Finished trials of every cell of ``grid_name`` in the storage at ``url``."""
+    store = storage_for(url)
+    return sum(len(store.get_all_trials(s._study_id, deepcopy=False, states=FINISHED))
+               for s in store.get_all_studies() if s.user_attrs.get("grid") == grid_name)
 
 
 def with_storage_retries(fn: Callable[[], T], *, attempts: int = 5, delay: float = 0.5) -> T:

@@ -21,6 +21,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from damptune import DamptuneError
+from tasks.grid import Cell, GridSettings
 from tasks.retries import retry
 
 __all__ = [
@@ -34,8 +35,12 @@ __all__ = [
     "with_retries",
     "TrackingUnavailable",
     "log_plots",
-    "log_plots_later",
-    "wait_plots",
+    "PlotQueue",
+    "set_tags",
+    "trial_run_ids",
+    "tag_cell_run",
+    "log_grid_summary",
+    "open_cell_run",
 ]
 
 T = TypeVar("T")
@@ -70,6 +75,8 @@ def with_retries(fn: Callable[[], T], *, what: str, attempts: int = 4, delay: fl
                  attempts=attempts, delay=delay)
 
 
+# one client per URI and process: building one over SQLite checks the schema (~1 s), and the
+# cells' and trials' threads of every session share it (MlflowClient is thread-safe)
 _CLIENTS: dict[str, MlflowClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 
@@ -158,7 +165,7 @@ class MetricBuffer:
         self.client, self.run_id, self.size = client, run_id, size
         self.metrics: list[Metric] = []
 
-    def add(self, values: dict[str, float], *, step: int) -> None:
+    def add(self, values: dict[str, float | None], *, step: int) -> None:
         now = int(time.time() * 1000)
         self.metrics.extend(Metric(k, float(v), now, step) for k, v in values.items()
                             if v is not None)
@@ -168,34 +175,48 @@ class MetricBuffer:
     def flush(self) -> None:
         while self.metrics:
             chunk, self.metrics = self.metrics[:1000], self.metrics[1000:]
-            with_retries(lambda chunk=chunk: self.client.log_batch(self.run_id, metrics=chunk),
-                         what="logging metrics")
+            self._send(chunk)
+
+    def _send(self, chunk: list[Metric]) -> None:
+        with_retries(lambda: self.client.log_batch(self.run_id, metrics=chunk),
+                     what="logging metrics")
 
 
 def set_tags(client: MlflowClient, run_id: str, tags: dict[str, Any]) -> None:
     client.log_batch(run_id, tags=[RunTag(k, redact(str(v))) for k, v in tags.items()])
 
 
-_PLOTS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="damptune-plots")
-_PENDING: dict[str, Future[None]] = {}
+class PlotQueue:
+    """Draws and uploads trials' plots on one background thread; a cell waits for its own.
 
+    Owned by the flow run's session (:mod:`tasks.session`), so two flow runs in one process
+    do not wait for each other's plots.
+    """
 
-def log_plots_later(client: MlflowClient, run_id: str, history: list[dict[str, Any]], *,
-                    target: float) -> None:
-    """Draw and upload the plots on a background thread; :func:`wait_plots` waits for them."""
-    _PENDING[run_id] = _PLOTS.submit(log_plots, client, run_id, list(history), target=target)
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="damptune-plots")
+        self._pending: dict[str, Future[None]] = {}
 
+    def submit(self, client: MlflowClient, run_id: str, history: list[dict[str, Any]], *,
+               target: float) -> None:
+        """Draw and upload the plots of ``run_id`` in the background."""
+        self._pending[run_id] = self._pool.submit(log_plots, client, run_id, list(history),
+                                                  target=target)
 
-def wait_plots(run_ids: list[str] | None = None, *, timeout: float = 300.0) -> None:
-    """Wait for the plots of these runs (all if None); a failed upload is logged, not raised."""
-    for run_id in list(_PENDING) if run_ids is None else run_ids:
-        future = _PENDING.pop(run_id, None)
-        if future is None:
-            continue
-        try:
-            future.result(timeout=timeout)
-        except Exception as exc:  # noqa: BLE001 - plots are a convenience, results are kept
-            logging.getLogger("damptune.tasks").warning("plots of run %s: %s", run_id, exc)
+    def wait(self, run_ids: list[str] | None = None, *, timeout: float = 300.0) -> None:
+        """Wait for the plots of these runs (all if None); a failed upload is logged only."""
+        for run_id in list(self._pending) if run_ids is None else run_ids:
+            future = self._pending.pop(run_id, None)
+            if future is None:
+                continue
+            try:
+                future.result(timeout=timeout)
+            except Exception as exc:  # noqa: BLE001 - plots are a convenience, results are kept
+                logging.getLogger("damptune.tasks").warning("plots of run %s: %s", run_id, exc)
+
+    def close(self) -> None:
+        self.wait()
+        self._pool.shutdown(wait=True)
 
 
 def log_plots(client: MlflowClient, run_id: str, history: list[dict[str, Any]], *,
@@ -235,3 +256,65 @@ def log_plots(client: MlflowClient, run_id: str, history: list[dict[str, Any]], 
         plt.close(fig)
         with_retries(lambda: client.log_artifacts(run_id, tmp, artifact_path="plots"),
                      what="logging plots")
+
+
+def trial_run_ids(client: MlflowClient, exp_id: str, *, cell_key: str) -> list[str]:
+    """The runs of a cell's trials."""
+    return [r.info.run_id for r in client.search_runs(
+        [exp_id], f"tags.`{CELL_TAG}` = '{cell_key}' and tags.`damptune.kind` = 'trial'",
+        max_results=1000)]
+
+
+def tag_cell_run(client: MlflowClient, exp_id: str, parent: str, *, cell_key: str,
+                 summary: dict[str, Any], interrupted: bool) -> None:
+    """Tag the cell's run with its counts and best trial, log ``best_value``, and end it
+    (KILLED if the cell was interrupted)."""
+    tags: dict[str, Any] = {"damptune.n_complete": summary["n_complete"],
+                            "damptune.n_pruned": summary["n_pruned"],
+                            "damptune.n_failed": summary["n_failed"]}
+    if summary["best_trial"] is not None:
+        best_run = find_trial_run(client, exp_id, cell_key=cell_key,
+                                  number=summary["best_trial"])
+        tags.update({"damptune.best_trial": summary["best_trial"],
+                     "damptune.best_value": summary["best_value"],
+                     "damptune.best_run_id": best_run or "",
+                     "damptune.best_params": summary["best_params"]})
+        client.log_metric(parent, "best_value", float(summary["best_value"]))
+    set_tags(client, parent, tags)
+    client.set_terminated(parent, status="KILLED" if interrupted else "FINISHED")
+
+
+SUMMARY_COLUMNS = ("network", "algorithm", "model", "best_value", "best_params", "n_complete",
+                   "n_pruned", "n_failed")
+
+
+def log_grid_summary(client: MlflowClient, exp_id: str, *, grid_name: str,
+                     rows: list[dict[str, Any]], files: tuple[str, ...]) -> None:
+    """The grid's summary as a table artifact (and ``files``) on the grid's run."""
+    runs = client.search_runs([exp_id], filter_string="tags.`damptune.kind` = 'grid'",
+                              max_results=1)
+    run_id = runs[0].info.run_id if runs else client.create_run(
+        exp_id, run_name=f"{grid_name} summary", tags={"damptune.kind": "grid"}).info.run_id
+    table = {c: [str(r[c]) if isinstance(r[c], dict) else r[c] for r in rows]
+             for c in SUMMARY_COLUMNS}
+    client.log_table(run_id, data=table, artifact_file="summary.json")
+    for path in files:
+        client.log_artifact(run_id, path)
+    client.set_terminated(run_id, status="FINISHED")
+
+
+def open_cell_run(client: MlflowClient, grid: GridSettings, cell: Cell,
+                  study: str) -> tuple[str, str]:
+    """The grid's experiment and the cell's parent run (created once, reopened RUNNING on a
+    rerun): ``(experiment id, run id)``."""
+    exp_id = experiment_id(client, grid_name=grid.grid_name,
+                           artifact_root=f"{grid.run_dir}/mlartifacts")
+    parent = parent_run(client, exp_id, cell_key=cell.key, params={
+        "network": cell.network, "algorithm": cell.algorithm, "model": cell.model,
+        "dataset": grid.dataset, "target_accuracy": grid.target_for(cell.model),
+        "profile": grid.profile, "mode": grid.mode, "trials": grid.trials,
+        "epochs": grid.epochs, "seed": grid.seed, "sampler": grid.sampler,
+        "pruner": grid.pruner, "study": study,
+    })
+    client.update_run(parent, status="RUNNING")
+    return exp_id, parent

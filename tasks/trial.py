@@ -1,12 +1,8 @@
 """The trial task: train one damping configuration on its cell's ranks; report and log it.
 
-Objective (minimized): the simulated wall-clock, on the grid's network profile, until the
-first evaluation whose test accuracy reaches the model's target accuracy; the trial stops
-there (its value cannot change any more). A trial that never reaches it within its epochs
-gets ``T_end × (1 + (target − best_accuracy) / target)``: the simulated time it spent, scaled up
-by how far it fell short — always more than it spent, so it ranks behind any trial that reached
-the target in the same time. Intermediate values for the pruner are test errors (1 − accuracy)
-at steps measured in examples seen.
+The trial composes small callbacks (:mod:`tasks.callbacks`, :mod:`tasks.trial_logger`) around
+one call of the engine's ``train`` and returns a :class:`~tasks.results.TrialResult`. Its value
+is the objective of :mod:`tasks.objective`: simulated seconds to the target accuracy.
 """
 
 from __future__ import annotations
@@ -14,64 +10,52 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import optuna
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from damptune import ClusterError, StopTraining, TrainConfig, TrainData, train
-from damptune.config import import_path
+from damptune import ClusterError, TrainConfig, TrainData, TrainState, train
+from damptune.config import cap_for, import_path
 from models import load_dataset, model_class
 from tasks import tracking
-from tasks.clusters import pool_for
+from tasks.callbacks import (
+    CalibrationKeeper,
+    PruningReporter,
+    TargetStop,
+    WorkLogWriter,
+    compose,
+)
+from tasks.driver import trial_handle
 from tasks.grid import Cell, GridSettings
-from tasks.leases import Heartbeat, leases_for
-from tasks.search import StorageUnavailable, open_study, with_storage_retries
+from tasks.leases import Heartbeat
+from tasks.objective import objective
+from tasks.results import TrialResult, TrialState
+from tasks.search import StorageUnavailable, open_study
+from tasks.session import Session, session_for
+from tasks.trial_logger import MlflowTrialLogger
 from tasks.worklog import WorkLog
 
 __all__ = ["run_trial", "objective", "trial_config"]
 
-TARGET_REACHED = "the target accuracy was reached"
-CALIBRATION_ATTR = "compute_calibration"  # [fixed s, s per example] of one rank
 OUTAGES = (StorageUnavailable, tracking.TrackingUnavailable)
-UPDATE_METRICS = ("loss", "batch_size", "lr", "damping", "n_workers", "examples_seen",
-                  "time_elapsed", "time_sim", "time_compute", "time_comm")
-
-
-def objective(history: list[dict[str, Any]], *, target: float) -> tuple[float, bool, float]:
-    """(value, reached, best accuracy) of a finished trial (see module docstring)."""
-    evals = [r for r in history if r["kind"] == "eval"]
-    best = max((r["test_accuracy"] for r in evals), default=0.0)
-    for r in evals:
-        if r["test_accuracy"] >= target:
-            return float(r["time_sim"]), True, best
-    end = float(history[-1]["time_sim"]) if history else 0.0
-    return end * (1 + (target - best) / target), False, best
 
 
 def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
                  dataset: Any) -> TrainConfig:
     """The engine configuration of one trial."""
+    cap = cap_for(cell.network, settings.per_worker_batch)
     damper_kwargs = {"initial": settings.initial_batch}
     damper_kwargs.update({k: v for k, v in params.items() if k != "lr"})
-    damper_kwargs["initial"] = min(int(damper_kwargs["initial"]),
-                                   cell.network * settings.per_worker_batch)
+    damper_kwargs["initial"] = min(int(damper_kwargs["initial"]), cap)
     return TrainConfig(
         module=import_path(model_class(cell.model)),
         module_kwargs={"input_shape": tuple(dataset.input_shape),
                        "n_classes": int(dataset.n_classes)},
         optimizer_kwargs={"momentum": settings.momentum},
-        lr=float(params.get("lr", settings.lr)),
-        damper=cell.algorithm,
-        damper_kwargs=damper_kwargs,
-        max_batch_size=cell.network * settings.per_worker_batch,
-        per_worker_batch=settings.per_worker_batch,
-        min_workers=1,
-        max_workers=cell.network,
-        max_epochs=settings.epochs,
-        eval_every=settings.eval_every,
-        seed=settings.seed,
-        mode=settings.mode,
-        profile=settings.profile,
+        lr=float(params.get("lr", settings.lr)), damper=cell.algorithm,
+        damper_kwargs=damper_kwargs, max_batch_size=cap,
+        per_worker_batch=settings.per_worker_batch, min_workers=1, max_workers=cell.network,
+        max_epochs=settings.epochs, eval_every=settings.eval_every, seed=settings.seed,
+        mode=settings.mode, profile=settings.profile,
         checkpoint_every=settings.checkpoint_every or None,
         checkpoint_seconds=settings.checkpoint_seconds or None,
         timeout=float(settings.extra.get("rank_timeout", 300.0)),
@@ -87,133 +71,87 @@ def run_trial(
     number: int,
     trial_id: int,
     params: dict[str, Any],
-    pool_key: str,
+    session_key: str,
     experiment_id: str,
     parent_run_id: str,
     lease_key: str = "",
-) -> dict[str, Any]:
-    """Train trial ``number`` of the cell (continuing its checkpoint if there is one); return
-    its state (COMPLETE, PRUNED or INTERRUPTED), value and MLflow run id.
+) -> TrialResult:
+    """Train trial ``number`` of the cell (continuing its checkpoint if there is one).
 
-    When the Optuna storage or MLflow stays unreachable through the retries, the trial is
-    INTERRUPTED with ``outage`` set (not failed): its checkpoint, Optuna trial and MLflow run
-    are left as they are, and a rerun continues it.
+    Returns COMPLETE, PRUNED or INTERRUPTED. When the Optuna storage or MLflow stays
+    unreachable through the retries, the trial is INTERRUPTED with ``outage`` set (not
+    failed): its checkpoint, Optuna trial and MLflow run are left as they are, and a rerun
+    continues it. Any other error propagates: its cell records the trial FAIL.
     """
+    grid, c = GridSettings(**settings), Cell(**cell)
+    session = session_for(session_key)
+    logger = MlflowTrialLogger(session.tracking, session.plots,
+                               metrics_every=grid.metrics_every, target=grid.target_for(c.model))
     try:
-        return _train_trial(settings=settings, cell_key=cell_key, cell=cell, number=number,
-                            trial_id=trial_id, params=params, pool_key=pool_key,
-                            experiment_id=experiment_id, parent_run_id=parent_run_id,
-                            lease_key=lease_key)
+        logger.open(experiment_id, parent_run_id=parent_run_id, cell_key=cell_key,
+                    number=number, params=_run_params(grid, c, params))
+        return _train(grid, c, number=number, trial_id=trial_id, params=params,
+                      session=session, logger=logger, lease_key=lease_key)
     except OUTAGES as exc:
-        return {"number": number, "state": "INTERRUPTED", "reason": str(exc),
-                "outage": type(exc).__name__, "value": None, "run_id": None, "params": params}
+        return TrialResult(number, TrialState.INTERRUPTED, params, reason=str(exc), outage=exc)
 
 
-def _train_trial(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any], number: int,
-                 trial_id: int, params: dict[str, Any], pool_key: str, experiment_id: str,
-                 parent_run_id: str, lease_key: str) -> dict[str, Any]:
-    grid = GridSettings(**settings)
-    c = Cell(**cell)
-    target = grid.target_for(c.model)
+def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any]) -> dict[str, Any]:
+    return {"algorithm": c.algorithm, "network": c.network, "model": c.model,
+            "dataset": grid.dataset, "seed": grid.seed, "mode": grid.mode,
+            "profile": grid.profile, "target_accuracy": grid.target_for(c.model),
+            "epochs": grid.epochs, **{f"hp.{k}": v for k, v in params.items()}}
+
+
+def checkpoint_path(grid: GridSettings, c: Cell, number: int) -> str:
+    return os.path.join(grid.checkpoint_root or grid.run_dir, "checkpoints", c.key,
+                        f"trial-{number}.pt")
+
+
+def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: dict[str, Any],
+           session: Session, logger: MlflowTrialLogger, lease_key: str) -> TrialResult:
+    """Compose the callbacks, train on the cell's ranks, and say how the trial ended."""
     ds = load_dataset(grid.dataset, seed=grid.seed)
-    config = trial_config(grid, c, params, ds)
+    data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
     study = open_study(grid, c, n_train=len(ds.y_train))
-    trial = optuna.trial.Trial(study, trial_id)
-
-    client = tracking.client_for(grid.tracking_uri)
-    run_id = tracking.with_retries(lambda: tracking.child_run(
-        client, experiment_id, parent_id=parent_run_id, cell_key=cell_key, number=number,
-        params={"algorithm": c.algorithm, "network": c.network, "model": c.model,
-                "dataset": grid.dataset, "seed": grid.seed, "mode": grid.mode,
-                "profile": grid.profile, "target_accuracy": target,
-                "epochs": grid.epochs, **{f"hp.{k}": v for k, v in params.items()}},
-    ), what="creating the trial's run")
-    tracking.with_retries(lambda: client.update_run(run_id, status="RUNNING"),
-                          what="reopening the run")  # a resumed trial continues its run
-    metrics = tracking.MetricBuffer(client, run_id)
-    last = {"batch_size": None, "n_workers": None}
-
-    # one compute calibration per study, kept in it: a rerun on another machine (a spot
-    # replacement) simulates the cell's remaining trials with the same numbers as the first
-    calibration = with_storage_retries(lambda: study.user_attrs.get(CALIBRATION_ATTR))
-    if calibration:
-        config.compute_fixed, config.compute_per_example = map(float, calibration)
-    worklog = WorkLog(grid.run_dir, cell_key, number)
-
-    def on_record(record: dict[str, Any]) -> None:
-        nonlocal calibration
-        if not calibration:  # train() has calibrated (or taken the checkpoint's) by now
-            calibration = [config.compute_fixed, config.compute_per_example]
-            with_storage_retries(lambda: study.set_user_attr(CALIBRATION_ATTR, calibration))
-        started = worklog.record(record)
-        if started is not None and started["attempt"] > 1:  # what this attempt redoes
-            metrics.add({"attempt": started["attempt"], "lost_updates": started["lost_updates"],
-                         "lost_seconds": started["lost_seconds"]}, step=started["resumed_at"])
-        if record["kind"] == "resume":
-            return
-        if record["kind"] == "update":
-            changed = any(record[k] != v for k, v in last.items())
-            if changed or record["update"] % grid.metrics_every == 0:
-                metrics.add({k: record[k] for k in UPDATE_METRICS}, step=record["update"])
-                last.update({k: record[k] for k in last})
-            return
-        metrics.add({"test_accuracy": record["test_accuracy"], "test_loss": record["test_loss"],
-                     "eval_time_sim": record["time_sim"]}, step=record["update"])
-        metrics.flush()
-        if record["test_accuracy"] >= target:
-            raise StopTraining(TARGET_REACHED)
-        with_storage_retries(lambda: trial.report(1.0 - record["test_accuracy"],
-                                                  step=int(record["examples_seen"])))
-        if with_storage_retries(trial.should_prune):
-            raise StopTraining(f"pruned by Optuna at {record['examples_seen']} examples")
-
-    def terminate(status: str) -> None:
-        tracking.with_retries(lambda: client.set_terminated(run_id, status=status),
-                              what=f"ending the trial's run ({status})")
-
-    checkpoint = os.path.join(grid.checkpoint_root or grid.run_dir, "checkpoints", cell_key,
-                              f"trial-{number}.pt")
-    heartbeat = Heartbeat(leases_for(grid.storage), lease_key or f"{study.study_name}#{number}",
-                          pool_key)
+    config = CalibrationKeeper(study).resolve(trial_config(grid, c, params, ds), data)
+    worklog = WorkLog(grid.run_dir, c.key, number)
+    target = TargetStop(grid.target_for(c.model))
+    pruner = PruningReporter(trial_handle(study, trial_id))
+    callback = compose([WorkLogWriter(worklog, logger.log_resumed_attempt), logger, target,
+                        pruner])
+    heartbeat = Heartbeat(session.leases, lease_key or f"{study.study_name}#{number}",
+                          session.key)
     try:
-        with heartbeat, worklog, pool_for(pool_key).acquire(c.network) as workers:
-            state = train(config, TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test,
-                                                        ds.y_test),
-                          cluster=pool_for(pool_key).address, workers=workers,
-                          callback=on_record, checkpoint_path=checkpoint, resume=True,
-                          should_stop=lambda: "another run took the trial's lease"
-                          if heartbeat.lost.is_set() else None,
+        with heartbeat, worklog, session.pool.acquire(c.network) as workers:
+            state = train(config, data, cluster=session.pool.address, workers=workers,
+                          callback=callback, checkpoint_path=checkpoint_path(grid, c, number),
+                          resume=True, should_stop=heartbeat.stop_reason,
                           deadline=grid.deadline or None)
     except OUTAGES:
         raise  # the stores do not answer: leave the run as it is (the rerun reopens it)
     except ClusterError as exc:  # the cluster went away (spot reclaim): not the trial's fault
-        metrics.flush()
-        terminate("KILLED")
-        return {"number": number, "state": "INTERRUPTED", "reason": f"cluster lost: {exc}",
-                "value": None, "run_id": run_id, "params": params}
+        logger.end("KILLED")
+        return TrialResult(number, TrialState.INTERRUPTED, params, run_id=logger.run_id,
+                           reason=f"cluster lost: {exc}")
     except BaseException:
-        metrics.flush()
-        terminate("FAILED")
+        logger.end("FAILED")
         raise
-    metrics.flush()
+    return _outcome(state, number=number, params=params, logger=logger, target=target,
+                    pruned=pruner.pruned, work=worklog.totals())
+
+
+def _outcome(state: TrainState, *, number: int, params: dict[str, Any],
+             logger: MlflowTrialLogger, target: TargetStop, pruned: bool,
+             work: dict[str, Any]) -> TrialResult:
+    """The trial's result from its final state; its MLflow run ends accordingly."""
     if state.interrupted:
-        terminate("KILLED")
-        return {"number": number, "state": "INTERRUPTED", "reason": state.stopped,
-                "value": None, "run_id": run_id, "params": params}
-    work = worklog.totals()
-    value, reached, best = objective(state.history, target=target)
-    pruned = state.stopped is not None and state.stopped != TARGET_REACHED
-    final = {"objective": value, "reached_target": float(reached), "best_accuracy": best,
-             "updates": state.update, "examples_seen_total": state.examples_seen,
-             "time_sim_total": state.time_sim, "time_elapsed_total": state.time_elapsed,
-             "attempts": work["attempts"], "lost_updates_total": work["lost_updates"],
-             "lost_seconds_total": work["lost_seconds"]}
-    metrics.add(final, step=state.update)
-    metrics.flush()
-    tracking.with_retries(lambda: tracking.set_tags(
-        client, run_id, {"damptune.state": "PRUNED" if pruned else "COMPLETE"}),
-        what="tagging the trial's run")
-    terminate("FINISHED")
-    tracking.log_plots_later(client, run_id, state.history, target=target)  # cell waits
-    return {"number": number, "state": "PRUNED" if pruned else "COMPLETE", "value": value,
-            "reached": reached, "best_accuracy": best, "run_id": run_id, "params": params}
+        logger.end("KILLED")
+        return TrialResult(number, TrialState.INTERRUPTED, params, run_id=logger.run_id,
+                           reason=state.stopped or "interrupted")
+    value, reached, best = objective(state.history, target=target.target)
+    result = TrialResult(number, TrialState.PRUNED if pruned else TrialState.COMPLETE, params,
+                         value=value, run_id=logger.run_id, reached=reached,
+                         best_accuracy=best)
+    logger.finish(result, state, work)
+    return result

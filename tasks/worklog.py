@@ -26,6 +26,8 @@ import os
 import time
 from typing import Any
 
+from damptune.records import Record, ResumeRecord, UpdateRecord
+
 __all__ = ["WorkLog", "summary"]
 
 _LINE = "{update:>14d} {elapsed:>20.6f}\n"  # fixed width: an in-place rewrite never leaves a tail
@@ -54,18 +56,17 @@ class WorkLog:
             os.close(self._fd)
             self._fd = None
 
-    def record(self, record: dict[str, Any]) -> dict[str, Any] | None:
+    def record(self, record: Record) -> dict[str, Any] | None:
         """Feed a training record; returns this attempt's entry when it is first known."""
-        kind = record.get("kind")
-        if kind not in ("resume", "update"):
+        if not isinstance(record, ResumeRecord | UpdateRecord):
             return None
         started = None
-        if self.attempt is None:  # a "resume" comes first; without one it starts from zero
-            at = (int(record["update"]), float(record["time_elapsed"])) if kind == "resume" \
-                else (0, 0.0)
+        if self.attempt is None:  # a resume record comes first; without one it starts from 0
+            at = ((record.update, record.time_elapsed) if isinstance(record, ResumeRecord)
+                  else (0, 0.0))
             started = self._begin(*at)
-        if kind == "update":
-            self._write(int(record["update"]), float(record["time_elapsed"]))
+        if isinstance(record, UpdateRecord):
+            self._write(record.update, record.time_elapsed)
         return started
 
     def _begin(self, update: int, elapsed: float) -> dict[str, Any]:

@@ -1,0 +1,103 @@
+"""The study driver: a cell's ask, tell, leases and resume — the only code that touches
+Optuna's trial internals.
+
+Trials are trained in deterministic batches: a batch is asked only when the previous one is
+finished, each trial's sampler seeded by (grid seed, study, trial number), so a killed and
+rerun grid asks the same hyperparameters for every trial number. A run trains a trial only
+while it holds the trial's lease (:mod:`tasks.leases`): trials left RUNNING by a dead run are
+taken over, under the same number, once their lease expires.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+
+from tasks.grid import GridSettings
+from tasks.leases import Leases
+from tasks.results import TrialResult, TrialState
+from tasks.search import count_finished, sampler_for, with_storage_retries
+
+__all__ = ["StudyDriver", "Ticket", "trial_handle"]
+
+State = optuna.trial.TrialState
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A trial this run holds the lease of and may train: its number, Optuna's id for it
+    (what :func:`trial_handle` needs) and its hyperparameters."""
+
+    number: int
+    trial_id: int
+    params: dict[str, Any]
+
+
+def trial_handle(study: optuna.Study, trial_id: int) -> optuna.Trial:
+    """The Optuna trial to report to, from a :class:`Ticket`'s ``trial_id``."""
+    return optuna.trial.Trial(study, trial_id)
+
+
+class StudyDriver:
+    """One cell's study as seen by one run (``owner``) that trains ``batch`` trials at once."""
+
+    def __init__(self, study: optuna.Study, settings: GridSettings, *, leases: Leases,
+                 owner: str, space: dict[str, BaseDistribution], batch: int) -> None:
+        self.study, self.settings, self.leases = study, settings, leases
+        self.owner, self.space, self.batch = owner, space, batch
+
+    def lease_key(self, number: int) -> str:
+        return f"{self.study.study_name}#{number}"
+
+    def _running(self) -> list[optuna.trial.FrozenTrial]:
+        return self.study.get_trials(deepcopy=False, states=(State.RUNNING,))
+
+    def stale_trials(self) -> list[Ticket]:
+        """Up to ``batch`` trials left RUNNING (by an interrupted or dead run) whose lease this
+        run could take: resumed under their own numbers."""
+        tickets: list[Ticket] = []
+        for t in self._running():
+            if len(tickets) == self.batch:
+                break
+            if self.leases.acquire(self.lease_key(t.number), self.owner):
+                tickets.append(Ticket(t.number, t._trial_id, dict(t.params)))
+        return tickets
+
+    def held_elsewhere(self) -> int:
+        """RUNNING trials another live run holds the lease of."""
+        return sum(self.leases.held_by_other(self.lease_key(t.number), self.owner)
+                   for t in self._running())
+
+    def next_batch(self) -> list[Ticket] | None:
+        """New trials to train (only those whose lease this run took: between ask and acquire
+        another run may have taken one over), or None when no new trial is due."""
+        remaining = self.settings.trials - count_finished(self.study) - self.held_elsewhere()
+        if remaining <= 0:
+            return None
+        tickets: list[Ticket] = []
+        for _ in range(min(self.batch, remaining)):
+            self.study.sampler = sampler_for(self.settings, len(self.study.trials),
+                                             self.study.study_name)
+            t = with_storage_retries(lambda: self.study.ask(self.space))
+            if self.leases.acquire(self.lease_key(t.number), self.owner):
+                tickets.append(Ticket(t.number, t._trial_id, dict(t.params)))
+        return tickets
+
+    def record(self, result: TrialResult) -> None:
+        """Tell Optuna how the trial ended and release its lease. An INTERRUPTED trial stays
+        RUNNING in Optuna: the next run resumes it."""
+        key = self.lease_key(result.number)
+        if result.state is TrialState.INTERRUPTED:
+            with contextlib.suppress(Exception):  # else the lease expires after its TTL
+                self.leases.release(key, self.owner)
+            return
+        if result.state is TrialState.COMPLETE:
+            with_storage_retries(lambda: self.study.tell(result.number, result.value))
+        else:
+            state = State.PRUNED if result.state is TrialState.PRUNED else State.FAIL
+            with_storage_retries(lambda: self.study.tell(result.number, state=state))
+        self.leases.release(key, self.owner)

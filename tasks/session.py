@@ -1,0 +1,65 @@
+"""A flow run's session: what its cells and trials share while it runs.
+
+The session owns the cluster's worker pool, the MLflow client, the leases of the Optuna
+storage and the queue that draws trials' plots. The flow opens it; cells and trials receive its
+key (a Prefect task parameter, shown in the UI) and look it up with :func:`session_for`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from mlflow.tracking import MlflowClient
+
+from damptune import DamptuneError
+from tasks import tracking
+from tasks.clusters import WorkerPool, open_cluster
+from tasks.grid import GridSettings
+from tasks.leases import Leases, leases_for
+from tasks.tracking import PlotQueue
+
+__all__ = ["Session", "open_session", "session_for"]
+
+
+@dataclass(frozen=True)
+class Session:
+    """The shared, live objects of one flow run (see the module docstring)."""
+
+    key: str
+    pool: WorkerPool
+    tracking: MlflowClient
+    leases: Leases
+    plots: PlotQueue
+
+
+# Prefect task parameters are shown in its UI and name the task runs: tasks get the key, not
+# the live session, and find it here (one entry per flow run open in this process)
+_OPEN: dict[str, Session] = {}
+
+
+@contextlib.contextmanager
+def open_session(settings: GridSettings, *, key: str, cluster: str,
+                 n_workers: int) -> Iterator[Session]:
+    """Open the cluster and the clients of a flow run; close them (plots drawn) on exit."""
+    with open_cluster(cluster, n_workers=n_workers,
+                      local_directory=os.path.join(settings.run_dir, "dask")) as pool:
+        session = Session(key=key, pool=pool, tracking=tracking.client_for(settings.tracking_uri),
+                          leases=leases_for(settings.storage), plots=PlotQueue())
+        _OPEN[key] = session
+        try:
+            yield session
+        finally:
+            _OPEN.pop(key, None)
+            session.plots.close()
+
+
+def session_for(key: str) -> Session:
+    """The session a flow run of this process opened under ``key``."""
+    try:
+        return _OPEN[key]
+    except KeyError:
+        raise DamptuneError(f"no session {key!r} is open in this process: cells and trials "
+                            "run inside the flow run that opened it") from None

@@ -1,0 +1,88 @@
+"""All MLflow code of one trial: its run (nested under its cell's), metrics, tags and plots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+
+from damptune import EvalRecord, Record, TrainState, UpdateRecord
+from tasks import tracking
+from tasks.results import TrialResult
+
+__all__ = ["MlflowTrialLogger", "UPDATE_METRICS"]
+
+UPDATE_METRICS = ("loss", "batch_size", "lr", "damping", "n_workers", "examples_seen",
+                  "time_elapsed", "time_sim", "time_compute", "time_comm")
+
+
+class MlflowTrialLogger:
+    """Logs a trial to its MLflow run: update metrics every ``metrics_every`` updates and at
+    every change of batch size or ranks, evaluation metrics (flushed at once), the work each
+    resumed attempt redoes, final metrics, the state tag and the plots.
+
+    The run is created once and found again on a rerun (same trial number → same run).
+    """
+
+    def __init__(self, client: MlflowClient, plots: tracking.PlotQueue, *, metrics_every: int,
+                 target: float) -> None:
+        self.client, self.plots = client, plots
+        self.metrics_every, self.target = metrics_every, target
+        self.run_id = ""
+        self.metrics: tracking.MetricBuffer | None = None
+        self.last: dict[str, Any] = {"batch_size": None, "n_workers": None}
+
+    def open(self, experiment_id: str, *, parent_run_id: str, cell_key: str, number: int,
+             params: dict[str, Any]) -> str:
+        """Create (or find again) the trial's run and mark it RUNNING; returns its id."""
+        self.run_id = tracking.with_retries(lambda: tracking.child_run(
+            self.client, experiment_id, parent_id=parent_run_id, cell_key=cell_key,
+            number=number, params=params), what="creating the trial's run")
+        tracking.with_retries(lambda: self.client.update_run(self.run_id, status="RUNNING"),
+                              what="reopening the run")  # a resumed trial continues its run
+        self.metrics = tracking.MetricBuffer(self.client, self.run_id)
+        return self.run_id
+
+    def __call__(self, record: Record) -> None:
+        assert self.metrics is not None, "open() the run first"
+        if isinstance(record, UpdateRecord):
+            values = record.as_dict()
+            changed = any(values[k] != v for k, v in self.last.items())
+            if changed or record.update % self.metrics_every == 0:
+                self.metrics.add({k: values[k] for k in UPDATE_METRICS}, step=record.update)
+                self.last.update({k: values[k] for k in self.last})
+        elif isinstance(record, EvalRecord):
+            self.metrics.add({"test_accuracy": record.test_accuracy,
+                              "test_loss": record.test_loss,
+                              "eval_time_sim": record.time_sim}, step=record.update)
+            self.metrics.flush()
+
+    def log_resumed_attempt(self, started: dict[str, Any]) -> None:
+        """What a resumed attempt redoes: the work its dead predecessor lost."""
+        assert self.metrics is not None, "open() the run first"
+        self.metrics.add({"attempt": started["attempt"], "lost_updates": started["lost_updates"],
+                          "lost_seconds": started["lost_seconds"]}, step=started["resumed_at"])
+
+    def finish(self, result: TrialResult, state: TrainState, work: dict[str, Any]) -> None:
+        """Final metrics, the state tag, FINISHED, and the plots (drawn in the background)."""
+        assert self.metrics is not None, "open() the run first"
+        self.metrics.add({
+            "objective": result.value, "reached_target": float(result.reached),
+            "best_accuracy": result.best_accuracy, "updates": state.update,
+            "examples_seen_total": state.examples_seen, "time_sim_total": state.time_sim,
+            "time_elapsed_total": state.time_elapsed, "attempts": work["attempts"],
+            "lost_updates_total": work["lost_updates"],
+            "lost_seconds_total": work["lost_seconds"]}, step=state.update)
+        self.metrics.flush()
+        tracking.with_retries(lambda: tracking.set_tags(
+            self.client, self.run_id, {"damptune.state": result.state.value}),
+            what="tagging the trial's run")
+        self.end("FINISHED")
+        self.plots.submit(self.client, self.run_id, state.history, target=self.target)
+
+    def end(self, status: str) -> None:
+        """Flush what is buffered and end the run with ``status`` (KILLED, FAILED, FINISHED)."""
+        if self.metrics is not None:
+            self.metrics.flush()
+        tracking.with_retries(lambda: self.client.set_terminated(self.run_id, status=status),
+                              what=f"ending the trial's run ({status})")
