@@ -187,18 +187,13 @@ def _remove_all(prefix: str) -> list[str]:
         if _ours(link, prefix) and not link.endswith("-br"):
             with contextlib.suppress(RuntimeError):
                 _run(["ip", "link", "del", link])
-    for link in _links():
-        if _ours(link, prefix):
-            try:
-                _run(["ip", "link", "del", link])
-            except RuntimeError as exc:
-                errors.append(str(exc))
-    for ns in _namespaces():
-        if _ours(ns, prefix):
-            try:
-                _run(["ip", "netns", "del", ns])
-            except RuntimeError as exc:
-                errors.append(str(exc))
+    for kind, names in (("link", _links()), ("netns", _namespaces())):
+        for name in names:
+            if _ours(name, prefix):
+                try:
+                    _run(["ip", kind, "del", name])
+                except RuntimeError as exc:
+                    errors.append(str(exc))
     return errors
 
 
@@ -305,20 +300,8 @@ def shaped_network(
     ``congestion_control`` (e.g. ``"cubic"``) sets the TCP congestion control of the hosts'
     routes; None keeps the kernel's default.
     """
-    if not _PREFIX.match(prefix):
-        raise ValueError(f"prefix {prefix!r}: 1-8 characters [a-z0-9], starting with a letter")
-    if not 1 <= n_hosts <= MAX_HOSTS:
-        raise ValueError(f"n_hosts={n_hosts}: between 1 and {MAX_HOSTS}")
-    if not (rate_mbit > 0 and delay_ms >= 0):
-        raise ValueError(f"rate_mbit={rate_mbit}, delay_ms={delay_ms}: need rate > 0, delay >= 0")
-    ok, why = can_make_namespaces()
-    if not ok:
-        raise RuntimeError(why)
+    _check_network_request(n_hosts, rate_mbit=rate_mbit, delay_ms=delay_ms, prefix=prefix)
     bridge, names = _names(prefix, n_hosts)
-    if delay_ms > 0:
-        ok, why = netem_available()
-        if not ok:
-            raise RuntimeError(f"delay_ms={delay_ms:g} needs netem: {why}")
     with _subnet_lock(lock_timeout):
         leftovers = _remove_all(prefix)
         if leftovers:
@@ -333,20 +316,8 @@ def shaped_network(
                 host = Host(i, ns, f"{SUBNET}.{i + 2}", inner, port)
                 _run(["ip", "netns", "add", ns])
                 hosts.append(host)
-                _run(["ip", "link", "add", port, "type", "veth", "peer", "name", inner,
-                      "netns", ns])
-                _run(["ip", "link", "set", port, "master", bridge])
-                _run(["ip", "link", "set", port, "up"])
-                _shape([], port, rate_mbit, delay_ms)  # downlink: rate and delay
-                in_ns = ["ip", "netns", "exec", ns]
-                _run([*in_ns, "ip", "link", "set", "lo", "up"])
-                _run([*in_ns, "ip", "addr", "add", f"{host.address}/24", "dev", inner])
-                _run([*in_ns, "ip", "link", "set", inner, "up"])
-                if congestion_control:  # per route: the sysctl is not writable in a netns
-                    _run([*in_ns, "ip", "route", "replace", f"{SUBNET}.0/24", "dev", inner,
-                          "proto", "kernel", "scope", "link", "src", host.address,
-                          "congctl", congestion_control])
-                _shape(in_ns, inner, rate_mbit, 0.0)  # uplink: rate only
+                _add_host(host, bridge, rate_mbit=rate_mbit, delay_ms=delay_ms,
+                          congestion_control=congestion_control)
             yield ShapedNetwork(prefix, bridge, BRIDGE_ADDRESS, tuple(hosts), rate_mbit, delay_ms)
         finally:
             for host in hosts:
@@ -354,6 +325,44 @@ def shaped_network(
             errors = _remove_all(prefix)
             if errors:
                 print("infra.netns: cleanup incomplete: " + "; ".join(errors), file=sys.stderr)
+
+
+def _check_network_request(n_hosts: int, *, rate_mbit: float, delay_ms: float,
+                           prefix: str) -> None:
+    """Refuse what :func:`shaped_network` cannot build, before it touches anything."""
+    if not _PREFIX.match(prefix):
+        raise ValueError(f"prefix {prefix!r}: 1-8 characters [a-z0-9], starting with a letter")
+    if not 1 <= n_hosts <= MAX_HOSTS:
+        raise ValueError(f"n_hosts={n_hosts}: between 1 and {MAX_HOSTS}")
+    if not (rate_mbit > 0 and delay_ms >= 0):
+        raise ValueError(f"rate_mbit={rate_mbit}, delay_ms={delay_ms}: need rate > 0, delay >= 0")
+    ok, why = can_make_namespaces()
+    if not ok:
+        raise RuntimeError(why)
+    if delay_ms > 0:
+        ok, why = netem_available()
+        if not ok:
+            raise RuntimeError(f"delay_ms={delay_ms:g} needs netem: {why}")
+
+
+def _add_host(host: Host, bridge: str, *, rate_mbit: float, delay_ms: float,
+              congestion_control: str | None) -> None:
+    """The host's veth pair (one end on the bridge, one in its namespace), addressed and
+    shaped: the downlink gets rate and delay, the uplink rate only."""
+    ns, inner, port = host.namespace, host.ifname, host.port
+    _run(["ip", "link", "add", port, "type", "veth", "peer", "name", inner, "netns", ns])
+    _run(["ip", "link", "set", port, "master", bridge])
+    _run(["ip", "link", "set", port, "up"])
+    _shape([], port, rate_mbit, delay_ms)  # downlink: rate and delay
+    in_ns = ["ip", "netns", "exec", ns]
+    _run([*in_ns, "ip", "link", "set", "lo", "up"])
+    _run([*in_ns, "ip", "addr", "add", f"{host.address}/24", "dev", inner])
+    _run([*in_ns, "ip", "link", "set", inner, "up"])
+    if congestion_control:  # per route: the sysctl is not writable in a netns
+        _run([*in_ns, "ip", "route", "replace", f"{SUBNET}.0/24", "dev", inner,
+              "proto", "kernel", "scope", "link", "src", host.address,
+              "congctl", congestion_control])
+    _shape(in_ns, inner, rate_mbit, 0.0)  # uplink: rate only
 
 
 def reshape(net: ShapedNetwork, *, rate_mbit: float, delay_ms: float) -> ShapedNetwork:
@@ -440,82 +449,95 @@ def dask_on_network(
     the shaped link (by default gloo uses the address the hostname resolves to, which is not
     in the namespace). Waits until all workers are connected; stops them by PID on exit.
     """
-    from distributed import Client
-
     python = python or sys.executable
     own_dir = tempfile.mkdtemp(prefix="dask-netns-") if workdir is None else None
     root = Path(workdir or own_dir or ".")
     root.mkdir(parents=True, exist_ok=True)
-    scheduler_file = root / "scheduler.json"
-    scheduler_file.unlink(missing_ok=True)
-    base_env = dict(os.environ)
-    base_env.update(env or {})
-    # gloo builds with a shared-memory all-reduce take it when LOCAL_WORLD_SIZE == group size,
-    # which would bypass the links
-    base_env.pop("LOCAL_WORLD_SIZE", None)
-    base_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO_ROOT), base_env.get("PYTHONPATH", "")) if p
-    )
-    procs: list[subprocess.Popen] = []
-    logs: list[Path] = []
-
-    def start(argv: list[str], log: Path, extra: dict[str, str]) -> subprocess.Popen:
-        logs.append(log)
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                    env={**base_env, **extra}, start_new_session=True)
-        procs.append(proc)
-        return proc
-
-    def failure(what: str) -> RuntimeError:
-        tails = "\n".join(f"--- {log.name}\n{_tail(log)}" for log in logs)
-        return RuntimeError(f"{what}\n{tails}")
-
+    procs = _Processes(_process_env(env))
     try:
-        scheduler = start(
-            [python, "-m", "distributed.cli.dask_scheduler", "--host", net.address, "--port",
-             "0", "--no-dashboard", "--scheduler-file", str(scheduler_file)],
-            root / "scheduler.log", {},
-        )
         deadline = time.monotonic() + timeout
-        address = None
-        while address is None:
-            if scheduler.poll() is not None:
-                raise failure("the Dask scheduler exited")
-            if time.monotonic() > deadline:
-                raise failure(f"the Dask scheduler did not start within {timeout:g} s")
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                address = json.loads(scheduler_file.read_text())["address"]
-            time.sleep(0.1)
+        address = _start_scheduler(procs, python, net.address, root, deadline, timeout)
         threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         for host in net.hosts:
             directory = root / f"worker-{host.index}"
             directory.mkdir(exist_ok=True)
-            start(
-                host.exec_argv([
-                    python, "-m", "distributed.cli.dask_worker", address, "--host",
-                    host.address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                    "--name", f"host{host.index}", "--death-timeout", "60",
-                    "--local-directory", str(directory),
-                ]),
-                root / f"worker-{host.index}.log",
-                {**threads, "GLOO_SOCKET_IFNAME": host.ifname},
-            )
-        with Client(address, timeout=f"{timeout:g}s", set_as_default=False) as client:
-            try:
-                left = max(1.0, deadline - time.monotonic())
-                client.wait_for_workers(len(net.hosts), timeout=left)
-            except TimeoutError:
-                raise failure(f"not all {len(net.hosts)} Dask workers connected within "
-                              f"{timeout:g} s") from None
-            workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
-        expected = {h.address for h in net.hosts}
-        seen = {w.split("://")[-1].rsplit(":", 1)[0] for w in workers}
-        if seen != expected:
-            raise failure(f"workers at {sorted(seen)}, expected {sorted(expected)}")
+            procs.start(host.exec_argv([
+                python, "-m", "distributed.cli.dask_worker", address, "--host", host.address,
+                "--nthreads", "1", "--no-nanny", "--no-dashboard", "--name",
+                f"host{host.index}", "--death-timeout", "60", "--local-directory",
+                str(directory)]), root / f"worker-{host.index}.log",
+                {**threads, "GLOO_SOCKET_IFNAME": host.ifname})
+        _wait_for_workers(procs, address, net, deadline, timeout)
         yield address
     finally:
-        _stop(procs[1:])  # the workers, then the scheduler
-        _stop(procs[:1])
+        _stop(procs.procs[1:])  # the workers, then the scheduler
+        _stop(procs.procs[:1])
         if own_dir is not None:
             shutil.rmtree(own_dir, ignore_errors=True)
+
+
+def _process_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    out = {**os.environ, **(env or {})}
+    # gloo builds with a shared-memory all-reduce take it when LOCAL_WORLD_SIZE == group size,
+    # which would bypass the links
+    out.pop("LOCAL_WORLD_SIZE", None)
+    out["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), out.get("PYTHONPATH", "")) if p)
+    return out
+
+
+class _Processes:
+    """The processes :func:`dask_on_network` started, and their logs (for error messages)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
+
+    def start(self, argv: list[str], log: Path, extra: dict[str, str]) -> subprocess.Popen:
+        self.logs.append(log)
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                                    env={**self.env, **extra}, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def failure(self, what: str) -> RuntimeError:
+        tails = "\n".join(f"--- {log.name}\n{_tail(log)}" for log in self.logs)
+        return RuntimeError(f"{what}\n{tails}")
+
+
+def _start_scheduler(procs: _Processes, python: str, host: str, root: Path, deadline: float,
+                     timeout: float) -> str:
+    """A Dask scheduler on ``host`` (root namespace); its address once it wrote it."""
+    scheduler_file = root / "scheduler.json"
+    scheduler_file.unlink(missing_ok=True)
+    scheduler = procs.start(
+        [python, "-m", "distributed.cli.dask_scheduler", "--host", host, "--port", "0",
+         "--no-dashboard", "--scheduler-file", str(scheduler_file)], root / "scheduler.log", {})
+    while True:
+        if scheduler.poll() is not None:
+            raise procs.failure("the Dask scheduler exited")
+        if time.monotonic() > deadline:
+            raise procs.failure(f"the Dask scheduler did not start within {timeout:g} s")
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            return str(json.loads(scheduler_file.read_text())["address"])
+        time.sleep(0.1)
+
+
+def _wait_for_workers(procs: _Processes, address: str, net: ShapedNetwork, deadline: float,
+                      timeout: float) -> None:
+    """Every host's worker connected, each from its own address."""
+    from distributed import Client
+
+    with Client(address, timeout=f"{timeout:g}s", set_as_default=False) as client:
+        try:
+            client.wait_for_workers(len(net.hosts), timeout=max(1.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise procs.failure(f"not all {len(net.hosts)} Dask workers connected within "
+                                f"{timeout:g} s") from None
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    expected = {h.address for h in net.hosts}
+    seen = {w.split("://")[-1].rsplit(":", 1)[0] for w in workers}
+    if seen != expected:
+        raise procs.failure(f"workers at {sorted(seen)}, expected {sorted(expected)}")

@@ -52,10 +52,18 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import psutil
+
+from infra.prefect_api import (
+    HEARTBEAT_S,
+    ZOMBIE_AUTOMATION,
+    crash_orphaned_runs,
+    ensure_pool,
+    ensure_zombie_automation,
+    worker_online,
+)
 
 __all__ = [
     "DEFAULT_MLFLOW_PORT",
@@ -63,12 +71,19 @@ __all__ = [
     "DEFAULT_RUN_DIR",
     "HOST",
     "POOL",
+    "REPO_ROOT",
     "SERVICES",
+    "SPECS",
+    "ServiceSpec",
     "ServiceStatus",
     "Stack",
     "StackError",
+    "StackPaths",
+    "ZOMBIE_AUTOMATION",
+    "base_env",
     "down",
     "free_port",
+    "read_state",
     "running_stack",
     "status",
     "up",
@@ -139,7 +154,7 @@ class ServiceStatus:
 
 
 @dataclass
-class _Paths:
+class StackPaths:
     run_dir: Path
     pids: Path = field(init=False)
     logs: Path = field(init=False)
@@ -164,20 +179,22 @@ class _Paths:
         return self.logs / f"{name}.log"
 
 
-def _read_state(paths: _Paths) -> dict:
+def read_state(run_dir: str | Path) -> dict:
+    """What ``stack.json`` of ``run_dir`` records (ports, services), or {} if nothing."""
+    paths = StackPaths(Path(run_dir))
     try:
         return json.loads(paths.state.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
 
 
-def _write_state(paths: _Paths, state: dict) -> None:
+def _write_state(paths: StackPaths, state: dict) -> None:
     tmp = paths.state.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(state, indent=2) + "\n")
     os.replace(tmp, paths.state)
 
 
-def _write_env_file(paths: _Paths, stack: Stack) -> None:
+def _write_env_file(paths: StackPaths, stack: Stack) -> None:
     lines = [f"export {key}={value}" for key, value in stack.env.items()]
     paths.env_file.write_text("\n".join(lines) + "\n")
 
@@ -186,7 +203,8 @@ def _write_env_file(paths: _Paths, stack: Stack) -> None:
 # processes
 
 
-def _base_env() -> dict[str, str]:
+def base_env() -> dict[str, str]:
+    """This environment less the client settings that would point a service elsewhere."""
     env = dict(os.environ)
     # a client setting inherited from the caller's shell must not point a service elsewhere
     for key in ("PREFECT_API_URL", "PREFECT_API_KEY", "MLFLOW_TRACKING_URI", "PREFECT_PROFILE"):
@@ -197,7 +215,7 @@ def _base_env() -> dict[str, str]:
     return env
 
 
-def _spawn(paths: _Paths, name: str, cmd: list[str], *, env: Mapping[str, str],
+def _spawn(paths: StackPaths, name: str, cmd: list[str], *, env: Mapping[str, str],
            cwd: Path) -> psutil.Process:
     """Start ``cmd`` as the leader of a new session; record its PID; log to ``logs/name.log``."""
     paths.pids.mkdir(parents=True, exist_ok=True)
@@ -220,7 +238,7 @@ def _spawn(paths: _Paths, name: str, cmd: list[str], *, env: Mapping[str, str],
                          f"{_log_tail(paths, name)}") from exc
 
 
-def _recorded_process(paths: _Paths, name: str, state: dict) -> psutil.Process | None:
+def _recorded_process(paths: StackPaths, name: str, state: dict) -> psutil.Process | None:
     """The live process recorded for ``name``, if it is still the one this stack started."""
     try:
         pid = int(paths.pid_file(name).read_text().strip())
@@ -262,7 +280,7 @@ def _stop_process(proc: psutil.Process, *, timeout_s: float) -> None:
         raise StackError(f"processes {[p.pid for p in alive]} survived SIGKILL")
 
 
-def _log_tail(paths: _Paths, name: str, n_lines: int = 25) -> str:
+def _log_tail(paths: StackPaths, name: str, n_lines: int = 25) -> str:
     try:
         lines = paths.log_file(name).read_text(errors="replace").splitlines()
     except FileNotFoundError:
@@ -274,46 +292,25 @@ def _log_tail(paths: _Paths, name: str, n_lines: int = 25) -> str:
 # health
 
 
-def _http(url: str, *, data: bytes | None = None, timeout_s: float = 3.0) -> tuple[int, bytes]:
-    """GET (or POST JSON ``data``) ``url``; (status, body), status 0 when nothing answers."""
-    headers = {"Content-Type": "application/json"} if data is not None else {}
-    request = urllib.request.Request(url, data=data, headers=headers)
+def _http_ok(url: str, expected: bytes, *, timeout_s: float = 3.0) -> bool:
+    """Whether GET ``url`` answers 200 with body ``expected`` (a health endpoint)."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return bool(response.status == 200 and response.read().strip() == expected)
     except (urllib.error.URLError, OSError):
-        return 0, b""
+        return False
+
+
+def _api(port: int) -> str:
+    return f"http://{HOST}:{port}/api"
 
 
 def _prefect_healthy(port: int) -> bool:
-    code, body = _http(f"http://{HOST}:{port}/api/health")
-    return code == 200 and body.strip() == b"true"
+    return _http_ok(f"http://{HOST}:{port}/api/health", b"true")
 
 
 def _mlflow_healthy(port: int) -> bool:
-    code, body = _http(f"http://{HOST}:{port}/health")
-    return code == 200 and body.strip() == b"OK"
-
-
-def _worker_online(prefect_port: int, worker_name: str, *, since: float) -> bool:
-    """Whether the server lists the worker ONLINE with a heartbeat sent after ``since``.
-
-    ``since`` (the worker process's start time) tells its heartbeat from a previous worker's
-    of the same name, which the database keeps.
-    """
-    code, body = _http(f"http://{HOST}:{prefect_port}/api/work_pools/{POOL}/workers/filter",
-                       data=b"{}")
-    if code != 200:
-        return False
-    for worker in json.loads(body):
-        if worker.get("name") != worker_name or worker.get("status") != "ONLINE":
-            continue
-        beat = worker.get("last_heartbeat_time")
-        if beat and datetime.fromisoformat(beat.replace("Z", "+00:00")).timestamp() >= since:
-            return True
-    return False
+    return _http_ok(f"http://{HOST}:{port}/health", b"OK")
 
 
 def _port_in_use(port: int) -> bool:
@@ -326,7 +323,7 @@ def _port_in_use(port: int) -> bool:
     return False
 
 
-def _wait_healthy(paths: _Paths, name: str, proc: psutil.Process, check, *, url: str,
+def _wait_healthy(paths: StackPaths, name: str, proc: psutil.Process, check, *, url: str,
                   timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -362,21 +359,137 @@ def _check_port_free(port: int, name: str, option: str) -> None:
         )
 
 
-def _ensure_pool(stack: Stack, paths: _Paths) -> None:
-    code, _ = _http(f"{stack.prefect_api_url}/work_pools/{POOL}")
-    if code == 200:
-        return
-    env = {**_base_env(), **stack.env, "PREFECT_HOME": str(paths.run_dir / "prefect")}
-    result = subprocess.run(
-        [sys.executable, "-m", "prefect", "--no-prompt", "work-pool", "create", POOL,
-         "--type", "process"],
-        env=env, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-        timeout=120,
-    )
-    code, _ = _http(f"{stack.prefect_api_url}/work_pools/{POOL}")
-    if code != 200:
-        raise StackError(f"could not create the work pool {POOL!r} (exit {result.returncode}):"
-                         f"\n{result.stdout}\n{result.stderr}")
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One row of the stack's table: a service, how to start it, how to know it is healthy.
+
+    ``command(stack, paths, worker_limit)`` and ``env(stack, paths)`` give its process;
+    ``healthy(stack, process)`` and ``health_url(stack)`` its check; ``port_attr`` names the
+    :class:`Stack` port it binds (checked free before anything starts; its command-line option
+    is ``--<port-attr>``); it runs in the repository (``in_repo``) or the run directory.
+    """
+
+    name: str
+    label: str
+    command: Callable[[Stack, StackPaths, int], list[str]]
+    env: Callable[[Stack, StackPaths], dict[str, str]]
+    healthy: Callable[[Stack, psutil.Process], bool]
+    health_url: Callable[[Stack], str]
+    port_attr: str = ""
+    in_repo: bool = False
+
+
+def _mlflow_command(stack: Stack, paths: StackPaths, _: int) -> list[str]:
+    return [sys.executable, "-m", "mlflow", "server", "--host", HOST,
+            "--port", str(stack.mlflow_port), "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{paths.run_dir / 'mlflow.db'}",
+            "--artifacts-destination", str(paths.run_dir / "mlartifacts")]
+
+
+def _mlflow_env(stack: Stack, paths: StackPaths) -> dict[str, str]:
+    return {**base_env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
+def _server_command(stack: Stack, paths: StackPaths, _: int) -> list[str]:
+    return [sys.executable, "-m", "prefect", "--no-prompt", "server", "start", "--host", HOST,
+            "--port", str(stack.prefect_port)]
+
+
+def _server_env(stack: Stack, paths: StackPaths) -> dict[str, str]:
+    return {**base_env(), "PREFECT_HOME": str(paths.run_dir / "prefect"),
+            "PREFECT_API_DATABASE_CONNECTION_URL":
+                f"sqlite+aiosqlite:///{paths.run_dir / 'prefect.db'}",
+            "PREFECT_API_URL": stack.prefect_api_url}
+
+
+def _worker_command(stack: Stack, paths: StackPaths, limit: int) -> list[str]:
+    return [sys.executable, "-m", "prefect", "--no-prompt", "worker", "start", "--pool", POOL,
+            "--type", "process", "--name", WORKER_NAME, "--limit", str(limit),
+            "--install-policy", "never"]
+
+
+def _worker_env(stack: Stack, paths: StackPaths) -> dict[str, str]:
+    return {**base_env(), **stack.env, "PREFECT_HOME": str(paths.run_dir / "prefect"),
+            "PREFECT_WORKER_QUERY_SECONDS": "2",  # pick a new run up within ~2 s
+            # flow runs send heartbeats: the zombie automation crashes them when they stop
+            "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S)}
+
+
+def _worker_healthy(stack: Stack, proc: psutil.Process) -> bool:
+    return worker_online(stack.prefect_api_url, POOL, WORKER_NAME, since=proc.create_time())
+
+
+SPECS = {spec.name: spec for spec in (
+    ServiceSpec("mlflow", "MLflow server", _mlflow_command, _mlflow_env,
+                lambda stack, _: _mlflow_healthy(stack.mlflow_port),
+                lambda stack: f"{stack.mlflow_uri}/health", port_attr="mlflow_port"),
+    ServiceSpec("prefect-server", "Prefect server", _server_command, _server_env,
+                lambda stack, _: _prefect_healthy(stack.prefect_port),
+                lambda stack: f"{stack.prefect_api_url}/health", port_attr="prefect_port"),
+    ServiceSpec("prefect-worker", "Prefect worker", _worker_command, _worker_env,
+                _worker_healthy,
+                lambda stack: f"{stack.prefect_api_url}/work_pools/{POOL}/workers", in_repo=True),
+)}
+# start order: the servers together (2 cores, two imports), then the pool, then the worker
+START_GROUPS = (("mlflow", "prefect-server"), ("prefect-worker",))
+
+
+class _Starter:
+    """Starts the stack's missing services group by group and records each in ``stack.json``."""
+
+    def __init__(self, paths: StackPaths, stack: Stack, state: dict,
+                 running: dict[str, psutil.Process], *, worker_limit: int, timeout_s: float,
+                 report: Callable[[str], None]) -> None:
+        self.paths, self.stack, self.state, self.running = paths, stack, state, running
+        self.worker_limit, self.timeout_s, self.report = worker_limit, timeout_s, report
+        self.started: list[str] = []
+
+    def replace_unhealthy(self) -> None:
+        """An unhealthy server of ours would stop a new one from binding: stop it."""
+        for name in START_GROUPS[0]:
+            if name in self.running and not SPECS[name].healthy(self.stack, self.running[name]):
+                _stop_process(self.running.pop(name), timeout_s=20)
+                self.state["services"].pop(name, None)
+                self.paths.pid_file(name).unlink(missing_ok=True)
+
+    def check_ports(self) -> None:
+        """Every port first, so that a taken one fails before anything starts."""
+        for spec in SPECS.values():
+            if spec.port_attr and spec.name not in self.running:
+                _check_port_free(getattr(self.stack, spec.port_attr), spec.label,
+                                 "--" + spec.port_attr.replace("_", "-"))
+
+    def start_group(self, names: tuple[str, ...]) -> None:
+        """Start the group's services that are not running, then wait for each."""
+        new = [SPECS[n] for n in names if n not in self.running]
+        for spec in new:
+            cmd = spec.command(self.stack, self.paths, self.worker_limit)
+            proc = _spawn(self.paths, spec.name, cmd, env=spec.env(self.stack, self.paths),
+                          cwd=REPO_ROOT if spec.in_repo else self.paths.run_dir)
+            self.started.append(spec.name)
+            self.running[spec.name] = proc
+            self.state["services"][spec.name] = {"pid": proc.pid,
+                                                 "create_time": proc.create_time(), "cmd": cmd}
+            _write_state(self.paths, self.state)
+        for spec in new:
+            proc, url = self.running[spec.name], spec.health_url(self.stack)
+            _wait_healthy(self.paths, spec.name, proc,
+                          lambda s=spec, p=proc: s.healthy(self.stack, p), url=url,
+                          timeout_s=self.timeout_s)
+            self.report(f"{spec.name} healthy at {url} (pid {proc.pid})")
+
+    def prepare_worker(self) -> None:
+        """The work pool, the zombie automation, and runs a dead worker left in flight."""
+        api = self.stack.prefect_api_url
+        ensure_pool(api, POOL)
+        self.report(f"work pool {POOL!r} (type process) ready")
+        if ensure_zombie_automation(api):
+            self.report(f"automation {ZOMBIE_AUTOMATION!r} created")
+        if "prefect-worker" not in self.running:
+            crashed = crash_orphaned_runs(api, POOL)  # left by a worker that died
+            if crashed:
+                self.report(f"flow runs whose process is gone, marked Crashed: "
+                            f"{', '.join(crashed)}")
 
 
 def up(run_dir: str | Path = DEFAULT_RUN_DIR, *, prefect_port: int = DEFAULT_PREFECT_PORT,
@@ -404,9 +517,38 @@ def up(run_dir: str | Path = DEFAULT_RUN_DIR, *, prefect_port: int = DEFAULT_PRE
         >>> stack.prefect_api_url  # doctest: +SKIP
         'http://127.0.0.1:4200/api'
     """
-    paths = _Paths(Path(run_dir))
+    paths = StackPaths(Path(run_dir))
     paths.run_dir.mkdir(parents=True, exist_ok=True)
-    state = _read_state(paths)
+    state, running = _reconcile(paths, prefect_port=prefect_port, mlflow_port=mlflow_port)
+    stack = Stack(paths.run_dir, prefect_port, mlflow_port)
+    t0 = time.monotonic()
+
+    def report(line: str) -> None:
+        if progress is not None:
+            progress(f"[{time.monotonic() - t0:5.1f} s] {line}")
+
+    starter = _Starter(paths, stack, state, running, worker_limit=worker_limit,
+                       timeout_s=timeout_s, report=report)
+    try:
+        starter.replace_unhealthy()
+        starter.check_ports()
+        starter.start_group(START_GROUPS[0])
+        starter.prepare_worker()
+        starter.start_group(START_GROUPS[1])
+    except BaseException:
+        _stop(paths, [n for n in SERVICES if n in starter.started], timeout_s=20)
+        raise
+    stack = Stack(paths.run_dir, prefect_port, mlflow_port, started=tuple(starter.started),
+                  reused=tuple(n for n in SERVICES if n in running and n not in starter.started))
+    _write_env_file(paths, stack)
+    return stack
+
+
+def _reconcile(paths: StackPaths, *, prefect_port: int,
+               mlflow_port: int) -> tuple[dict, dict[str, psutil.Process]]:
+    """The run directory's recorded services that still run (on these ports, or an error);
+    stale PID files removed; the state rewritten with the ports."""
+    state = read_state(paths.run_dir)
     running = {name: p for name in SERVICES if (p := _recorded_process(paths, name, state))}
     if running:
         ports = {"prefect_port": prefect_port, "mlflow_port": mlflow_port}
@@ -414,7 +556,7 @@ def up(run_dir: str | Path = DEFAULT_RUN_DIR, *, prefect_port: int = DEFAULT_PRE
         if other:
             raise StackError(
                 f"the stack of {paths.run_dir} is running with {other}, not {ports}; "
-                f"stop it first (python -m infra.stack down --run-dir {run_dir}) or use "
+                f"stop it first (python -m infra.stack down --run-dir {paths.run_dir}) or use "
                 f"those ports"
             )
     for name in SERVICES:  # a stale PID file of a dead or foreign process
@@ -423,177 +565,12 @@ def up(run_dir: str | Path = DEFAULT_RUN_DIR, *, prefect_port: int = DEFAULT_PRE
     services = {name: rec for name, rec in state.get("services", {}).items() if name in running}
     state = {"prefect_port": prefect_port, "mlflow_port": mlflow_port, "services": services}
     _write_state(paths, state)
-    stack = Stack(paths.run_dir, prefect_port, mlflow_port)
-    started: list[str] = []
-    t0 = time.monotonic()
-
-    def report(line: str) -> None:
-        if progress is not None:
-            progress(f"[{time.monotonic() - t0:5.1f} s] {line}")
-
-    def record(name: str, proc: psutil.Process, cmd: list[str]) -> None:
-        started.append(name)
-        running[name] = proc
-        services[name] = {"pid": proc.pid, "create_time": proc.create_time(), "cmd": cmd}
-        _write_state(paths, state)
-
-    try:
-        # an unhealthy process of ours would stop a new one from binding: replace it
-        for name, healthy in (("mlflow", lambda: _mlflow_healthy(mlflow_port)),
-                              ("prefect-server", lambda: _prefect_healthy(prefect_port))):
-            if name in running and not healthy():
-                _stop_process(running.pop(name), timeout_s=20)
-                services.pop(name, None)
-                paths.pid_file(name).unlink(missing_ok=True)
-        # every port first, so that a taken one fails before anything starts
-        if "mlflow" not in running:
-            _check_port_free(mlflow_port, "MLflow server", "--mlflow-port")
-        if "prefect-server" not in running:
-            _check_port_free(prefect_port, "Prefect server", "--prefect-port")
-        waits = []
-        if "mlflow" not in running:
-            cmd = [
-                sys.executable, "-m", "mlflow", "server", "--host", HOST,
-                "--port", str(mlflow_port), "--workers", "1",
-                "--backend-store-uri", f"sqlite:///{paths.run_dir / 'mlflow.db'}",
-                "--artifacts-destination", str(paths.run_dir / "mlartifacts"),
-            ]
-            env = {**_base_env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-            record("mlflow", _spawn(paths, "mlflow", cmd, env=env, cwd=paths.run_dir), cmd)
-            waits.append(("mlflow", lambda: _mlflow_healthy(mlflow_port),
-                          f"{stack.mlflow_uri}/health"))
-        if "prefect-server" not in running:
-            cmd = [sys.executable, "-m", "prefect", "--no-prompt", "server", "start",
-                   "--host", HOST, "--port", str(prefect_port)]
-            env = {
-                **_base_env(),
-                "PREFECT_HOME": str(paths.run_dir / "prefect"),
-                "PREFECT_API_DATABASE_CONNECTION_URL":
-                    f"sqlite+aiosqlite:///{paths.run_dir / 'prefect.db'}",
-                "PREFECT_API_URL": stack.prefect_api_url,
-            }
-            record("prefect-server",
-                   _spawn(paths, "prefect-server", cmd, env=env, cwd=paths.run_dir), cmd)
-            waits.append(("prefect-server", lambda: _prefect_healthy(prefect_port),
-                          f"{stack.prefect_api_url}/health"))
-        for name, check, url in waits:  # both start at once: 2 cores, two imports
-            _wait_healthy(paths, name, running[name], check, url=url, timeout_s=timeout_s)
-            report(f"{name} healthy at {url} (pid {running[name].pid})")
-
-        _ensure_pool(stack, paths)
-        report(f"work pool {POOL!r} (type process) ready")
-        if _ensure_zombie_automation(prefect_port):
-            report(f"automation {ZOMBIE_AUTOMATION!r} created")
-        if "prefect-worker" not in running:
-            crashed = _crash_orphaned_runs(prefect_port)  # left by a worker that died
-            if crashed:
-                report(f"flow runs whose process is gone, marked Crashed: {', '.join(crashed)}")
-            cmd = [sys.executable, "-m", "prefect", "--no-prompt", "worker", "start",
-                   "--pool", POOL, "--type", "process", "--name", WORKER_NAME,
-                   "--limit", str(worker_limit), "--install-policy", "never"]
-            env = {
-                **_base_env(), **stack.env,
-                "PREFECT_HOME": str(paths.run_dir / "prefect"),
-                "PREFECT_WORKER_QUERY_SECONDS": "2",  # pick a new run up within ~2 s
-                # flow runs send heartbeats: the zombie automation crashes them when they stop
-                "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
-            }
-            record("prefect-worker",
-                   _spawn(paths, "prefect-worker", cmd, env=env, cwd=REPO_ROOT), cmd)
-            _wait_healthy(paths, "prefect-worker", running["prefect-worker"],
-                          lambda: _worker_online(prefect_port, WORKER_NAME,
-                                                 since=running["prefect-worker"].create_time()),
-                          url=f"{stack.prefect_api_url}/work_pools/{POOL}/workers",
-                          timeout_s=timeout_s)
-            report(f"prefect-worker {WORKER_NAME!r} online in pool {POOL!r} "
-                   f"(pid {running['prefect-worker'].pid})")
-    except BaseException:
-        _stop(paths, [n for n in SERVICES if n in started], timeout_s=20)
-        raise
-
-    stack = Stack(paths.run_dir, prefect_port, mlflow_port, started=tuple(started),
-                  reused=tuple(n for n in SERVICES if n in running and n not in started))
-    _write_env_file(paths, stack)
-    return stack
+    return state, running
 
 
-HEARTBEAT_S = 30  # PREFECT_FLOWS_HEARTBEAT_FREQUENCY of the worker's flow runs (minimum 30)
-ZOMBIE_AUTOMATION = "damptune: crash flow runs without heartbeats"
-
-
-def _ensure_zombie_automation(prefect_port: int) -> bool:
-    """Create (once) the automation that marks Crashed a flow run whose heartbeats stop.
-
-    A machine that dies takes its worker and its flow runs with it: nobody is left to report
-    them, and they would show RUNNING for ever. Flow runs of this stack's worker send a
-    heartbeat every ``HEARTBEAT_S`` seconds; Prefect's recipe for such "zombies" (a proactive
-    trigger on ``prefect.flow-run.heartbeat``, docs: "Detect zombie flows") marks a run Crashed
-    when 3 heartbeats are missing, which also frees its deployment's concurrency slot. Returns
-    True when this call created it.
-    """
-    api = f"http://{HOST}:{prefect_port}/api"
-    code, body = _http(f"{api}/automations/filter", data=b"{}")
-    if code == 200 and any(a.get("name") == ZOMBIE_AUTOMATION for a in json.loads(body)):
-        return False
-    automation = {
-        "name": ZOMBIE_AUTOMATION,
-        "description": "Mark Crashed a flow run that stopped sending heartbeats (its machine "
-                       "or process died); created by python -m infra.stack up.",
-        "enabled": True,
-        "trigger": {
-            "type": "event", "posture": "Proactive", "threshold": 1,
-            "within": 3 * HEARTBEAT_S,
-            "match": {"prefect.resource.id": ["prefect.flow-run.*"]}, "match_related": {},
-            "after": ["prefect.flow-run.heartbeat"],
-            "expect": ["prefect.flow-run.heartbeat", "prefect.flow-run.Completed",
-                       "prefect.flow-run.Failed", "prefect.flow-run.Cancelled",
-                       "prefect.flow-run.Crashed"],
-            "for_each": ["prefect.resource.id"],
-        },
-        "actions": [{"type": "change-flow-run-state", "state": "CRASHED",
-                     "message": f"no heartbeat for {3 * HEARTBEAT_S} s: its process or machine "
-                                "died; run the deployment again to resume"}],
-    }
-    code, body = _http(f"{api}/automations/", data=json.dumps(automation).encode())
-    if code not in (200, 201):
-        raise StackError(f"could not create the automation {ZOMBIE_AUTOMATION!r}: HTTP {code} "
-                         f"{body[:500]!r}")
-    return True
-
-
-def _crash_orphaned_runs(prefect_port: int) -> list[str]:
-    """Mark CRASHED the pool's in-flight flow runs whose process is gone; return their names.
-
-    A run left RUNNING by a stopped worker would otherwise stay RUNNING for ever and hold its
-    deployment's concurrency slot, so that the next run of that deployment never starts.
-    """
-    api = f"http://{HOST}:{prefect_port}/api"
-    query = {"flow_runs": {"state": {"type": {"any_": ["RUNNING", "PENDING", "CANCELLING"]}}},
-             "work_pools": {"name": {"any_": [POOL]}}}
-    code, body = _http(f"{api}/flow_runs/filter", data=json.dumps(query).encode())
-    if code != 200:
-        return []
-    crashed = []
-    for run in json.loads(body):
-        pid = run.get("infrastructure_pid")
-        try:
-            if pid and "prefect" in " ".join(psutil.Process(int(pid)).cmdline()):
-                continue  # still running here
-        except (ValueError, psutil.Error):
-            pass
-        state = {"type": "CRASHED", "name": "Crashed", "message": (
-            "its process is gone: the local stack was stopped (python -m infra.stack down) or "
-            "the machine restarted while it ran; run the deployment again to resume")}
-        code, _ = _http(f"{api}/flow_runs/{run['id']}/set_state",
-                        data=json.dumps({"state": state, "force": True}).encode())
-        if code in (200, 201):
-            crashed.append(run["name"])
-    return crashed
-
-
-def _stop(paths: _Paths, names: list[str], *, timeout_s: float,
+def _stop(paths: StackPaths, names: list[str], *, timeout_s: float,
           progress: Callable[[str], None] | None = None) -> list[str]:
-    state = _read_state(paths)
+    state = read_state(paths.run_dir)
     stopped = []
     for name in SERVICES:  # worker, then Prefect server, then MLflow
         if name not in names:
@@ -603,7 +580,7 @@ def _stop(paths: _Paths, names: list[str], *, timeout_s: float,
             _stop_process(proc, timeout_s=timeout_s)
             stopped.append(name)
             if name == "prefect-worker" and "prefect_port" in state:
-                crashed = _crash_orphaned_runs(state["prefect_port"])
+                crashed = crash_orphaned_runs(_api(state["prefect_port"]), POOL)
                 if crashed and progress is not None:
                     progress(f"flow runs stopped with the worker, marked Crashed: "
                              f"{', '.join(crashed)}")
@@ -627,7 +604,7 @@ def down(run_dir: str | Path = DEFAULT_RUN_DIR, *, services: tuple[str, ...] = S
     unknown = set(services) - set(SERVICES)
     if unknown:
         raise StackError(f"unknown services {sorted(unknown)}; the stack has {list(SERVICES)}")
-    paths = _Paths(Path(run_dir))
+    paths = StackPaths(Path(run_dir))
     stopped = _stop(paths, list(services), timeout_s=timeout_s, progress=progress)
     if not any(paths.pid_file(n).exists() for n in SERVICES):
         paths.env_file.unlink(missing_ok=True)
@@ -636,12 +613,13 @@ def down(run_dir: str | Path = DEFAULT_RUN_DIR, *, services: tuple[str, ...] = S
 
 def status(run_dir: str | Path = DEFAULT_RUN_DIR) -> list[ServiceStatus]:
     """Each service: its recorded PID, whether that process is alive, and its health check."""
-    paths = _Paths(Path(run_dir))
-    state = _read_state(paths)
+    paths = StackPaths(Path(run_dir))
+    state = read_state(paths.run_dir)
     pport = state.get("prefect_port", DEFAULT_PREFECT_PORT)
     mport = state.get("mlflow_port", DEFAULT_MLFLOW_PORT)
     checks = {
-        "prefect-worker": (lambda p: _worker_online(pport, WORKER_NAME, since=p.create_time()),
+        "prefect-worker": (lambda p: worker_online(_api(pport), POOL, WORKER_NAME,
+                                                   since=p.create_time()),
                            f"pool {POOL!r} on http://{HOST}:{pport}"),
         "prefect-server": (lambda p: _prefect_healthy(pport), f"http://{HOST}:{pport}"),
         "mlflow": (lambda p: _mlflow_healthy(mport), f"http://{HOST}:{mport}"),
@@ -704,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="seconds to wait for each service to be healthy (%(default)s)")
     args = parser.parse_args(argv)
-    state = _read_state(_Paths(args.run_dir))
+    state = read_state(args.run_dir)
     pport = args.prefect_port or state.get("prefect_port", DEFAULT_PREFECT_PORT)
     mport = args.mlflow_port or state.get("mlflow_port", DEFAULT_MLFLOW_PORT)
     try:
@@ -732,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
                       + (f"  ({row.detail})" if row.detail else ""))
             return 0 if all(row.healthy for row in rows) else 1
         else:  # env
-            for key, value in Stack(_Paths(args.run_dir).run_dir, pport, mport).env.items():
+            for key, value in Stack(StackPaths(args.run_dir).run_dir, pport, mport).env.items():
                 print(f"export {key}={value}")
     except StackError as exc:
         print(f"error: {exc}", file=sys.stderr)
