@@ -32,6 +32,13 @@ __all__ = ["DampedClassifier"]
 
 _PREFIXES = ("module__", "optimizer__", "batch_size__")
 
+# estimator parameters that go to TrainConfig unchanged, under the same name
+_PASSED_THROUGH = (
+    "per_worker_batch", "min_workers", "max_workers", "max_epochs", "max_updates",
+    "eval_every", "checkpoint_every", "checkpoint_seconds", "checkpoint_keep", "seed", "mode",
+    "device", "timeout", "profile", "overhead",
+)
+
 
 class DampedClassifier(ClassifierMixin, BaseEstimator):
     """Train a PyTorch classifier with damped data-parallel SGD on a Dask cluster.
@@ -176,25 +183,11 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
             damper=spec_of(damper),
             damper_kwargs=damper.get_params(),
             max_batch_size=max_batch,
-            per_worker_batch=self.per_worker_batch,
-            min_workers=self.min_workers,
-            max_workers=self.max_workers,
-            max_epochs=self.max_epochs,
-            max_updates=self.max_updates,
-            eval_every=self.eval_every,
-            checkpoint_every=self.checkpoint_every,
-            checkpoint_seconds=self.checkpoint_seconds,
-            checkpoint_keep=self.checkpoint_keep,
-            seed=self.seed,
-            mode=self.mode,
-            device=self.device,
+            **{name: getattr(self, name) for name in _PASSED_THROUGH},
             backend="nccl" if self.device != "cpu" and torch.cuda.is_available() else "gloo",
             n_train=len(data.y),
-            timeout=self.timeout,
-            profile=self.profile,
             compute_per_example=self.compute_per_example,
             compute_fixed=None if self.compute_per_example is None else 0.0,
-            overhead=self.overhead,
         )
 
     # -- fitting ----------------------------------------------------------------------------

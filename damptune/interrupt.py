@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = ["request", "requested", "clear", "install_sigterm_handler", "active", "parse_duration"]
 
+# a SIGTERM handler is process-wide, so the request it records is too
 _EVENT = threading.Event()
 _REASON = [""]
 _ACTIVE: set[int] = set()  # threads with a training in progress

@@ -82,9 +82,29 @@ def _load_history(path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     networks = _profiles(args.profile)
+    records: list[dict[str, Any]] = []
     config: dict[str, Any] = {}
     if args.history:
         records, config = _load_history(args.history)
+    base = _cost_model(args, config, networks[0])
+    if args.per_worker_batch is None or args.per_worker_batch <= 0:
+        raise ConfigError("--per-worker-batch", args.per_worker_batch, "a positive integer")
+    if args.schedule:
+        results = _replay_schedule(args, base, networks)
+    else:
+        if args.target is None:
+            raise ConfigError("--target", None, "an accuracy in (0, 1] (with --history)")
+        results = [_replay_history(records, base.with_network(net), target=args.target)
+                   for net in networks]
+    for res in results:
+        _print_result(args, res)
+    if args.plot:
+        _plot(args, results)
+    return 0
+
+
+def _cost_model(args: argparse.Namespace, config: dict[str, Any], network: Any) -> CostModel:
+    """The cost model from the command line, else from the replayed run's configuration."""
     per_example_s = (args.compute_ms_per_example / 1e3 if args.compute_ms_per_example is not None
                      else config.get("compute_per_example"))
     fixed_s = (args.compute_ms_fixed / 1e3 if args.compute_ms_fixed is not None
@@ -92,58 +112,56 @@ def run(args: argparse.Namespace) -> int:
     overhead_s = (args.overhead_ms / 1e3 if args.overhead_ms is not None
                   else config.get("overhead", 0.0))
     n_params = args.params if args.params is not None else config.get("n_params")
-    base = CostModel(
-        network=networks[0],
+    return CostModel(
+        network=network,
         n_params=int(_positive("--params", n_params)),
         compute_per_example=_positive("--compute-ms-per-example", per_example_s),
         compute_fixed=_positive("--compute-ms-fixed", fixed_s, required=False),
         overhead=_positive("--overhead-ms", overhead_s, required=False),
     )
-    if args.per_worker_batch is None or args.per_worker_batch <= 0:
-        raise ConfigError("--per-worker-batch", args.per_worker_batch, "a positive integer")
 
+
+def _replay_schedule(args: argparse.Namespace, base: CostModel,
+                     networks: list[Any]) -> list[dict[str, Any]]:
+    segments = parse_schedule(args.schedule)
+    examples = _positive("--examples", args.examples)
     results = []
-    if args.schedule:
-        segments = parse_schedule(args.schedule)
-        examples = _positive("--examples", args.examples)
-        for net in networks:
-            rows = simulate_schedule(segments, examples=int(examples),
-                                     cost=base.with_network(net),
-                                     per_worker_batch=args.per_worker_batch)
-            results.append({"profile": net.name, "updates": rows[-1]["updates"],
-                            "seconds": rows[-1]["seconds"], "segments": rows})
+    for net in networks:
+        rows = simulate_schedule(segments, examples=int(examples), cost=base.with_network(net),
+                                 per_worker_batch=args.per_worker_batch)
+        results.append({"profile": net.name, "updates": rows[-1]["updates"],
+                        "seconds": rows[-1]["seconds"], "segments": rows})
+    return results
+
+
+def _replay_history(records: list[dict[str, Any]], cost: CostModel, *,
+                    target: float) -> dict[str, Any]:
+    ttt = time_to_target(records, cost, target=target)
+    return {
+        "profile": cost.network.name,
+        "reached": ttt.reached,
+        "seconds": ttt.simulated_seconds if ttt.reached else None,
+        "measured_seconds": ttt.measured_seconds if ttt.reached else None,
+        "updates": ttt.update,
+        "examples_seen": ttt.examples_seen,
+        "curve": [(t, r["test_accuracy"]) for r, t in
+                  zip(records, simulated_times(records, cost), strict=True)
+                  if r.get("kind") == "eval"],
+    }
+
+
+def _print_result(args: argparse.Namespace, res: dict[str, Any]) -> None:
+    if args.json:
+        print(json.dumps({k: v for k, v in res.items() if k != "curve"}))
+    elif args.schedule:
+        print(f"{res['profile']}: {res['updates']} updates, {res['seconds']:.1f} s "
+              f"({res['seconds'] / 60:.1f} min)")
+    elif res["reached"]:
+        print(f"{res['profile']}: reached {args.target} after {res['updates']} updates, "
+              f"simulated {res['seconds']:.2f} s "
+              f"(measured here {res['measured_seconds']:.2f} s)")
     else:
-        if args.target is None:
-            raise ConfigError("--target", None, "an accuracy in (0, 1] (with --history)")
-        for net in networks:
-            cost = base.with_network(net)
-            ttt = time_to_target(records, cost, target=args.target)
-            results.append({
-                "profile": net.name,
-                "reached": ttt.reached,
-                "seconds": ttt.simulated_seconds if ttt.reached else None,
-                "measured_seconds": ttt.measured_seconds if ttt.reached else None,
-                "updates": ttt.update,
-                "examples_seen": ttt.examples_seen,
-                "curve": [(t, r["test_accuracy"]) for r, t in
-                          zip(records, simulated_times(records, cost), strict=True)
-                          if r.get("kind") == "eval"],
-            })
-    for res in results:
-        if args.json:
-            print(json.dumps({k: v for k, v in res.items() if k != "curve"}))
-        elif args.schedule:
-            print(f"{res['profile']}: {res['updates']} updates, {res['seconds']:.1f} s "
-                  f"({res['seconds'] / 60:.1f} min)")
-        elif res["reached"]:
-            print(f"{res['profile']}: reached {args.target} after {res['updates']} updates, "
-                  f"simulated {res['seconds']:.2f} s "
-                  f"(measured here {res['measured_seconds']:.2f} s)")
-        else:
-            print(f"{res['profile']}: did not reach {args.target} (time-to-target = not reached)")
-    if args.plot:
-        _plot(args, results)
-    return 0
+        print(f"{res['profile']}: did not reach {args.target} (time-to-target = not reached)")
 
 
 def _plot(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:

@@ -13,6 +13,7 @@ import torch
 
 __all__ = ["forget", "registry"]
 
+# Dask runs the ranks' functions on workers by reference: their live state stays in the worker
 _LOCK = threading.Lock()
 _REGISTRY: dict[str, dict[str, Any]] = {}
 

@@ -73,19 +73,17 @@ def tune(
     """Tune every cell's damping; return one summary per cell (best params, value, counts).
 
     Args:
-        networks: cluster sizes (ranks) to tune for.
-        algorithms: damping algorithms (see damptune.DAMPERS).
-        models: model names (``mlp``, ``cnn``, ``wrn16_4``).
-        trials: trials per cell in all: a rerun tops up to this number, never beyond.
-        epochs: training budget of one trial, in epochs.
+        networks: cluster sizes (ranks); algorithms: damping algorithms (damptune.DAMPERS);
+            models: model names (``mlp``, ``cnn``, ``wrn16_4``).
+        trials: trials per cell in all (a rerun tops up to it); epochs: a trial's budget.
         target_accuracy: the objective is the simulated time to reach this test accuracy:
             one value, or one per model (default mlp 0.5, cnn 0.7, wrn16_4 0.9).
-        profile: network profile of the simulated time.
-        mode: ``centralized`` or ``decentralized`` data parallelism for the real training.
+        profile: network profile of the simulated time; mode: ``centralized`` or
+            ``decentralized`` data parallelism for the real training.
         per_worker_batch: examples per rank; a cell's cap is ``network × per_worker_batch``.
-        run_dir: where studies, runs, checkpoints and summaries go (default ``runs/<grid>``).
-        storage: Optuna storage URL (default SQLite in the run directory).
-        tracking_uri: MLflow tracking URI (default ``$MLFLOW_TRACKING_URI``, else SQLite).
+        run_dir: where studies, runs, checkpoints and summaries go (default ``runs/<grid>``);
+            storage: Optuna storage URL (default SQLite in the run directory); tracking_uri:
+            MLflow tracking URI (default ``$MLFLOW_TRACKING_URI``, else SQLite).
         cluster: ``local``, a scheduler address, or a cluster YAML file (see infra/).
         checkpoint_seconds: seconds of training between a trial's checkpoints (a kill loses at
             most this much work); ``checkpoint_every`` adds a cadence in updates.
@@ -95,24 +93,30 @@ def tune(
             the cluster reaches this age (counted from the flow run's start); a rerun resumes
             them.
     """
-    params = dict(locals())
-    settings, cells = _settings(params)
-    positive_int("max_concurrent_cells", max_concurrent_cells)
-    positive_int("max_concurrent_trials", max_concurrent_trials)
-    logger = get_run_logger()
+    settings, cells = _settings(dict(locals()))
     _prepare(settings, n_cells=len(cells))
-    failures: list[str] = []
-    runner: ThreadPoolTaskRunner[Any]
     with (
-        keep_running_without_console(logger.warning),  # its Prefect worker may die first
+        keep_running_without_console(get_run_logger().warning),  # its Prefect worker may die
         open_session(settings, key=_flow_run_key(), cluster=cluster,
                      n_workers=max(networks)) as session,
-        ThreadPoolTaskRunner(max_workers=max_concurrent_cells) as runner,
     ):
+        failures = _run_cells(settings, cells, session_key=session.key,
+                              max_concurrent_cells=max_concurrent_cells,
+                              max_concurrent_trials=max_concurrent_trials)
+    return _summarize(settings, cells, failures)
+
+
+def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
+               max_concurrent_cells: int, max_concurrent_trials: int) -> list[str]:
+    """One cell task per cell, ``max_concurrent_cells`` at a time; the failures, as text."""
+    logger = get_run_logger()
+    failures: list[str] = []
+    runner: ThreadPoolTaskRunner[Any]
+    with ThreadPoolTaskRunner(max_workers=max_concurrent_cells) as runner:
         futures: list[tuple[Cell, Any]] = [(cell, runner.submit(run_cell, {  # type: ignore[arg-type]
             "settings": settings.to_dict(), "cell_key": cell.key,
             "cell": {"network": cell.network, "algorithm": cell.algorithm, "model": cell.model},
-            "session_key": session.key, "max_concurrent_trials": max_concurrent_trials,
+            "session_key": session_key, "max_concurrent_trials": max_concurrent_trials,
         })) for cell in cells]
         for cell, future in futures:
             try:
@@ -120,7 +124,7 @@ def tune(
             except Exception as exc:  # noqa: BLE001 - reported after the others finish
                 failures.append(f"{cell.key}: {exc}")
                 logger.error("cell %s failed: %s", cell.key, exc)
-    return _summarize(settings, cells, failures)
+    return failures
 
 
 def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
@@ -143,6 +147,8 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
     )
     cells = cells_of(networks=params["networks"], algorithms=params["algorithms"],
                      models=params["models"], settings=settings)
+    positive_int("max_concurrent_cells", params["max_concurrent_cells"])
+    positive_int("max_concurrent_trials", params["max_concurrent_trials"])
     resolve_locations(settings)
     return settings, cells
 

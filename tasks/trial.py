@@ -21,6 +21,7 @@ from tasks.callbacks import (
     CalibrationKeeper,
     PruningReporter,
     TargetStop,
+    TrialCallback,
     WorkLogWriter,
     compose,
 )
@@ -34,7 +35,7 @@ from tasks.session import Session, session_for
 from tasks.trial_logger import MlflowTrialLogger
 from tasks.worklog import WorkLog
 
-__all__ = ["run_trial", "objective", "trial_config"]
+__all__ = ["run_trial", "objective", "trial_config", "trial_callbacks"]
 
 OUTAGES = (StorageUnavailable, tracking.TrackingUnavailable)
 
@@ -108,6 +109,13 @@ def checkpoint_path(grid: GridSettings, c: Cell, number: int) -> str:
                         f"trial-{number}.pt")
 
 
+def trial_callbacks(*, worklog: WorkLog, logger: MlflowTrialLogger, target: TargetStop,
+                    pruner: PruningReporter) -> list[TrialCallback]:
+    """The callbacks a trial composes, in the order they see each record (a new trial
+    callback is added here): the work log, MLflow, then the two that may stop training."""
+    return [WorkLogWriter(worklog, logger.log_resumed_attempt), logger, target, pruner]
+
+
 def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: dict[str, Any],
            session: Session, logger: MlflowTrialLogger, lease_key: str) -> TrialResult:
     """Compose the callbacks, train on the cell's ranks, and say how the trial ended."""
@@ -118,8 +126,8 @@ def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: d
     worklog = WorkLog(grid.run_dir, c.key, number)
     target = TargetStop(grid.target_for(c.model))
     pruner = PruningReporter(trial_handle(study, trial_id))
-    callback = compose([WorkLogWriter(worklog, logger.log_resumed_attempt), logger, target,
-                        pruner])
+    callback = compose(trial_callbacks(worklog=worklog, logger=logger, target=target,
+                                       pruner=pruner))
     heartbeat = Heartbeat(session.leases, lease_key or f"{study.study_name}#{number}",
                           session.key)
     try:

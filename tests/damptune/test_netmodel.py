@@ -115,8 +115,9 @@ def test_engine_calibrates_compute_when_not_given(blobs, tmp_path, monkeypatch):
     monkeypatch.setenv("DAMPTUNE_CACHE", str(tmp_path))
     X, y, Xt, yt = blobs
     cfg = config("local", 1, max_updates=3)
-    train(cfg, TrainData.from_arrays(X, y, Xt, yt))
-    assert cfg.compute_per_example > 0 and cfg.compute_fixed >= 0
+    state = train(cfg, TrainData.from_arrays(X, y, Xt, yt))
+    assert state.config.compute_per_example > 0 and state.config.compute_fixed >= 0
+    assert cfg.compute_per_example is None and cfg.n_train == 0  # the caller's is not changed
     assert (tmp_path / "compute.json").exists()
 
 
