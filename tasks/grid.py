@@ -6,7 +6,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from damptune import DAMPERS, ConfigError
-from damptune.config import cap_for
 from damptune.netmodel import get_profile
 from damptune.validate import choice, number_in, positive_float, positive_int
 from models import DATASETS, MODELS
@@ -65,10 +64,6 @@ class GridSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    def cap(self, cell: Cell) -> int:
-        """The cell's batch-size cap in examples (``network × per_worker_batch``)."""
-        return cap_for(cell.network, self.per_worker_batch)
 
     def target_for(self, model: str) -> float:
         if isinstance(self.target_accuracy, dict):
