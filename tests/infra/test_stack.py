@@ -6,6 +6,8 @@ import json
 import socket
 import subprocess
 import sys
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -105,11 +107,20 @@ def test_stack_up_on_other_ports_of_a_running_stack_is_refused(stack):
         up(stack.run_dir, prefect_port=free_port(), mlflow_port=stack.mlflow_port)
 
 
-def _post(url: str, payload: dict) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read() or b"{}")
+def _post(url: str, payload: dict, attempts: int = 4) -> dict:
+    """POST JSON; a 503 (the server's SQLite busy under load: seen once in a full run) is
+    tried again, a bounded number of times."""
+    for attempt in range(attempts):
+        request = urllib.request.Request(url, data=json.dumps(payload).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or attempt == attempts - 1:
+                raise
+            time.sleep(1.0 + attempt)
+    raise AssertionError("unreachable")
 
 
 @pytest.mark.slow
