@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -88,7 +89,7 @@ def ensure_zombie_automation(api_url: str) -> bool:
                         "or process died); created by python -m infra.stack up.",
             enabled=True,
             trigger=EventTrigger(
-                posture=Posture.Proactive, threshold=1, within=3 * HEARTBEAT_S,
+                posture=Posture.Proactive, threshold=1, within=timedelta(seconds=3 * HEARTBEAT_S),
                 match={"prefect.resource.id": ["prefect.flow-run.*"]},
                 after={"prefect.flow-run.heartbeat"},
                 expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed",
@@ -96,7 +97,7 @@ def ensure_zombie_automation(api_url: str) -> bool:
                         "prefect.flow-run.Crashed"},
                 for_each={"prefect.resource.id"}),
             actions=[ChangeFlowRunState(
-                state=StateType.CRASHED,
+                state=StateType.CRASHED, name=None, force=False,
                 message=f"no heartbeat for {3 * HEARTBEAT_S} s: its process or machine died; "
                         "run the deployment again to resume")],
         ))
