@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from infra.prefect_api import read_flow_run, recent_logs, run_deployment
 from infra.stack import (
@@ -53,7 +54,7 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def wait_for_flow_run(api_url: str, flow_run_id: str, *, timeout_s: float | None = None,
+def wait_for_flow_run(api_url: str, flow_run_id: str | UUID, *, timeout_s: float | None = None,
                       poll_s: float = 2.0,
                       on_state: Callable[[dict[str, Any], float], None] | None = None,
                       ) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def wait_for_flow_run(api_url: str, flow_run_id: str, *, timeout_s: float | None
 
     Args:
         api_url: the Prefect API, e.g. ``http://127.0.0.1:4200/api``.
-        flow_run_id: the flow run's UUID.
+        flow_run_id: the flow run's id (a UUID, or its text).
         timeout_s: give up after this many seconds (``None``: wait as long as it takes).
         poll_s: seconds between reads.
         on_state: called with ``(flow_run, elapsed_s)`` each time the state changes.
@@ -87,7 +88,7 @@ def wait_for_flow_run(api_url: str, flow_run_id: str, *, timeout_s: float | None
         time.sleep(poll_s)
 
 
-def _print_run_logs(stack: Stack, flow_run_id: str, n: int = 40) -> None:
+def _print_run_logs(stack: Stack, flow_run_id: UUID, n: int = 40) -> None:
     try:
         logs = recent_logs(stack.prefect_api_url, flow_run_id, n)
     except Exception as exc:  # noqa: BLE001 - the logs are a convenience
@@ -163,7 +164,7 @@ def _start(args: argparse.Namespace) -> Stack:
 
 
 def _run_and_wait(stack: Stack, args: argparse.Namespace,
-                  params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+                  params: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
     """Run deployment ``tune/<grid>``, print its states until it ends; (id, flow run)."""
     _say(f"run deployment tune/{args.grid}" + (f" with {json.dumps(params)}" if params else ""))
     flow_run_id = run_deployment(stack.prefect_api_url, f"tune/{args.grid}", params)

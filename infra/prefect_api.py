@@ -134,23 +134,23 @@ def _alive(pid: Any) -> bool:
         return False
 
 
-def run_deployment(api_url: str, name: str, parameters: dict[str, Any]) -> str:
+def run_deployment(api_url: str, name: str, parameters: dict[str, Any]) -> UUID:
     """Create a flow run of deployment ``name`` (``flow/deployment``); its id."""
     with client(api_url) as c:
         deployment = c.read_deployment_by_name(name)
-        return str(c.create_flow_run_from_deployment(deployment.id,
-                                                      parameters=parameters).id)
+        return c.create_flow_run_from_deployment(deployment.id, parameters=parameters).id
 
 
-def read_flow_run(api_url: str, flow_run_id: str) -> dict[str, Any]:
+def read_flow_run(api_url: str, flow_run_id: str | UUID) -> dict[str, Any]:
     """The flow run as JSON (``state``, ``name``, ``parameters``, …)."""
     with client(api_url) as c:
-        return c.read_flow_run(UUID(flow_run_id)).model_dump(mode="json")
+        return c.read_flow_run(UUID(str(flow_run_id))).model_dump(mode="json")
 
 
-def recent_logs(api_url: str, flow_run_id: str, n: int) -> list[dict[str, Any]]:
+def recent_logs(api_url: str, flow_run_id: str | UUID, n: int) -> list[dict[str, Any]]:
     """The last ``n`` log records of a flow run, oldest first."""
     with client(api_url) as c:
-        logs = c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(flow_run_id)])),
-                           limit=n, sort=LogSort.TIMESTAMP_DESC)
+        run_filter = LogFilterFlowRunId(any_=[UUID(str(flow_run_id))])
+        logs = c.read_logs(LogFilter(flow_run_id=run_filter), limit=n,
+                           sort=LogSort.TIMESTAMP_DESC)
     return [log.model_dump(mode="json") for log in reversed(logs)]

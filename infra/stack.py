@@ -364,9 +364,12 @@ class ServiceSpec:
     """One row of the stack's table: a service, how to start it, how to know it is healthy.
 
     ``command(stack, paths, worker_limit)`` and ``env(stack, paths)`` give its process;
-    ``healthy(stack, process)`` and ``health_url(stack)`` its check; ``port_attr`` names the
-    :class:`Stack` port it binds (checked free before anything starts; its command-line option
-    is ``--<port-attr>``); it runs in the repository (``in_repo``) or the run directory.
+    ``healthy(stack, process)`` and ``health_url(stack)`` its check; ``address(stack)`` is what
+    ``status`` shows; ``port_attr`` names the :class:`Stack` port it binds (checked free before
+    anything starts; its command-line option is ``--<port-attr>``); it runs in the repository
+    (``in_repo``) or the run directory; ``after_stop(state, report)``, if any, runs once its
+    process is stopped. Its PID file and log are ``RUN/pids/<name>.pid`` and
+    ``RUN/logs/<name>.log`` (:class:`StackPaths`).
     """
 
     name: str
@@ -375,8 +378,10 @@ class ServiceSpec:
     env: Callable[[Stack, StackPaths], dict[str, str]]
     healthy: Callable[[Stack, psutil.Process], bool]
     health_url: Callable[[Stack], str]
+    address: Callable[[Stack], str]
     port_attr: str = ""
     in_repo: bool = False
+    after_stop: Callable[[dict, Callable[[str], None]], None] | None = None
 
 
 def _mlflow_command(stack: Stack, paths: StackPaths, _: int) -> list[str]:
@@ -419,16 +424,28 @@ def _worker_healthy(stack: Stack, proc: psutil.Process) -> bool:
     return worker_online(stack.prefect_api_url, POOL, WORKER_NAME, since=proc.create_time())
 
 
+def _crash_runs_of_stopped_worker(state: dict, report: Callable[[str], None]) -> None:
+    """Flow runs in flight die with the worker: mark them Crashed (they would hold a slot)."""
+    if "prefect_port" in state:
+        crashed = crash_orphaned_runs(_api(state["prefect_port"]), POOL)
+        if crashed:
+            report(f"flow runs stopped with the worker, marked Crashed: {', '.join(crashed)}")
+
+
 SPECS = {spec.name: spec for spec in (
     ServiceSpec("mlflow", "MLflow server", _mlflow_command, _mlflow_env,
                 lambda stack, _: _mlflow_healthy(stack.mlflow_port),
-                lambda stack: f"{stack.mlflow_uri}/health", port_attr="mlflow_port"),
+                lambda stack: f"{stack.mlflow_uri}/health", lambda stack: stack.mlflow_uri,
+                port_attr="mlflow_port"),
     ServiceSpec("prefect-server", "Prefect server", _server_command, _server_env,
                 lambda stack, _: _prefect_healthy(stack.prefect_port),
-                lambda stack: f"{stack.prefect_api_url}/health", port_attr="prefect_port"),
+                lambda stack: f"{stack.prefect_api_url}/health",
+                lambda stack: stack.prefect_ui_url, port_attr="prefect_port"),
     ServiceSpec("prefect-worker", "Prefect worker", _worker_command, _worker_env,
                 _worker_healthy,
-                lambda stack: f"{stack.prefect_api_url}/work_pools/{POOL}/workers", in_repo=True),
+                lambda stack: f"{stack.prefect_api_url}/work_pools/{POOL}/workers",
+                lambda stack: f"pool {POOL!r} on {stack.prefect_ui_url}", in_repo=True,
+                after_stop=_crash_runs_of_stopped_worker),
 )}
 # start order: the servers together (2 cores, two imports), then the pool, then the worker
 START_GROUPS = (("mlflow", "prefect-server"), ("prefect-worker",))
@@ -570,6 +587,7 @@ def _reconcile(paths: StackPaths, *, prefect_port: int,
 
 def _stop(paths: StackPaths, names: list[str], *, timeout_s: float,
           progress: Callable[[str], None] | None = None) -> list[str]:
+    """Stop ``names`` in stop order (``SERVICES``); each spec's ``after_stop`` follows it."""
     state = read_state(paths.run_dir)
     stopped = []
     for name in SERVICES:  # worker, then Prefect server, then MLflow
@@ -579,11 +597,9 @@ def _stop(paths: StackPaths, names: list[str], *, timeout_s: float,
         if proc is not None:
             _stop_process(proc, timeout_s=timeout_s)
             stopped.append(name)
-            if name == "prefect-worker" and "prefect_port" in state:
-                crashed = crash_orphaned_runs(_api(state["prefect_port"]), POOL)
-                if crashed and progress is not None:
-                    progress(f"flow runs stopped with the worker, marked Crashed: "
-                             f"{', '.join(crashed)}")
+            after_stop = SPECS[name].after_stop
+            if after_stop is not None:
+                after_stop(state, progress or (lambda _: None))
         paths.pid_file(name).unlink(missing_ok=True)
         state.get("services", {}).pop(name, None)
         if paths.state.exists():
@@ -615,18 +631,11 @@ def status(run_dir: str | Path = DEFAULT_RUN_DIR) -> list[ServiceStatus]:
     """Each service: its recorded PID, whether that process is alive, and its health check."""
     paths = StackPaths(Path(run_dir))
     state = read_state(paths.run_dir)
-    pport = state.get("prefect_port", DEFAULT_PREFECT_PORT)
-    mport = state.get("mlflow_port", DEFAULT_MLFLOW_PORT)
-    checks = {
-        "prefect-worker": (lambda p: worker_online(_api(pport), POOL, WORKER_NAME,
-                                                   since=p.create_time()),
-                           f"pool {POOL!r} on http://{HOST}:{pport}"),
-        "prefect-server": (lambda p: _prefect_healthy(pport), f"http://{HOST}:{pport}"),
-        "mlflow": (lambda p: _mlflow_healthy(mport), f"http://{HOST}:{mport}"),
-    }
+    stack = Stack(paths.run_dir, state.get("prefect_port", DEFAULT_PREFECT_PORT),
+                  state.get("mlflow_port", DEFAULT_MLFLOW_PORT))
     result = []
     for name in SERVICES:
-        check, url = checks[name]
+        spec = SPECS[name]
         proc = _recorded_process(paths, name, state)
         try:
             recorded = int(paths.pid_file(name).read_text().strip())
@@ -634,7 +643,8 @@ def status(run_dir: str | Path = DEFAULT_RUN_DIR) -> list[ServiceStatus]:
             recorded = None
         detail = "" if recorded is None or proc is not None else "stale PID file"
         result.append(ServiceStatus(name, recorded, proc is not None,
-                                    proc is not None and check(proc), url, detail))
+                                    proc is not None and spec.healthy(stack, proc),
+                                    spec.address(stack), detail))
     return result
 
 
