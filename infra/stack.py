@@ -35,6 +35,14 @@ From Python (what the tests use)::
 
 ``up`` reuses the services of the run directory that are alive and healthy, and starts the
 others; :func:`running_stack` stops, on exit, exactly what it started.
+
+Structure: the services are a table, ``SPECS`` (one :class:`ServiceSpec` each: command,
+environment, health check, the address ``status`` shows, an ``after_stop`` hook; PID file and
+log from :class:`StackPaths`). ``up`` starts them with one loop, group by group
+(``START_GROUPS``; the work pool, the zombie automation and the orphaned runs in between);
+``down`` and ``status`` walk the same table in ``SERVICES`` order. Everything asked of the
+Prefect server goes through Prefect's Python client (:mod:`infra.prefect_api`); only the
+health endpoints are plain HTTP GETs.
 """
 
 from __future__ import annotations
