@@ -22,7 +22,7 @@ import torch
 from distributed import Client
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from damptune.cluster import gather_within, live_workers, scatter_data, worker_addresses
+from damptune.cluster import WorkerGroup, gather_within, scatter_data
 from damptune.config import TrainConfig
 from damptune.errors import ClusterError
 from damptune.loop import FLAG_NONE, LocalOps, shard_forward
@@ -84,15 +84,18 @@ class CentralizedOps:
         config: TrainConfig,
         data: TrainData,
         data_future: Any,
-        workers: list[str],
+        group: WorkerGroup,
     ) -> None:
-        if not workers:
+        if not group.addresses:
             raise ClusterError("the Dask cluster has no workers; start at least one")
         self.client, self.model, self.config, self.data = client, model, config, data
-        self.data_future, self.workers = data_future, list(workers)
-        self.known = set(worker_addresses(client))  # the cluster's workers when we started
+        self.data_future, self.group = data_future, group
         self.ranks: dict[str, Any] = {}  # worker address -> Rank actor
         self.local = LocalOps(model, data)
+
+    @property
+    def workers(self) -> list[str]:
+        return self.group.addresses
 
     def _rank(self, r: int) -> Any:
         worker = self.workers[r % len(self.workers)]
@@ -120,9 +123,15 @@ class CentralizedOps:
         results: list[Any] = [None] * len(shares)
         pending = list(range(len(shares)))
         for attempt in range(MAX_ATTEMPTS):
-            futures = {r: getattr(self._rank(r), method)(weights, shares[r]) for r in pending}
+            futures, lost = {}, []
+            for r in pending:
+                try:
+                    futures[r] = getattr(self._rank(r), method)(weights, shares[r])
+                except RuntimeError as exc:  # the actor's worker was lost before the call
+                    if not _is_comm(exc):
+                        raise
+                    lost.append(r)
             deadline = time.monotonic() + self.config.timeout
-            lost = []
             for r, future in futures.items():
                 try:
                     results[r] = future.result(timeout=max(0.0, deadline - time.monotonic()))
@@ -130,7 +139,7 @@ class CentralizedOps:
                     raise ClusterError(f"rank {r} did not answer within timeout="
                                        f"{self.config.timeout} s") from exc
                 except (TypeError, ValueError, RuntimeError) as exc:
-                    if "Worker holding Actor was lost" not in str(exc) and not _is_comm(exc):
+                    if not _is_comm(exc):
                         raise
                     lost.append(r)
                 except Exception as exc:  # noqa: BLE001 - connection errors of a dead worker
@@ -148,12 +157,9 @@ class CentralizedOps:
         log.warning("lost worker(s) %s; recomputing their shares elsewhere", sorted(dead))
         for worker in dead:
             self.ranks.pop(worker, None)
-        alive, fresh = live_workers(self.client, self.workers, known=self.known, dead=dead)
-        self.workers = alive + fresh or worker_addresses(self.client)
-        if not self.workers:
-            self.client.wait_for_workers(1, timeout=self.config.timeout)
-            self.workers = worker_addresses(self.client)
-        if not alive:  # the whole cluster was lost: the scattered data went with it
+        before = set(self.workers)
+        self.group.replace(dead, need=1, timeout=self.config.timeout)  # shares go round-robin
+        if not before & set(self.workers):  # the whole group was lost: maybe the data too
             self.ranks.clear()
             self.data_future = scatter_data(self.client, self.data)
         time.sleep(0.2 * attempt)

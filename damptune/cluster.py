@@ -5,15 +5,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from distributed import Client, LocalCluster
 
-from damptune.errors import ConfigError
+from damptune.errors import ClusterError, ConfigError
 from damptune.state import TrainData
 
-__all__ = ["connect", "worker_addresses", "scatter_data", "local_cluster", "gather_within"]
+__all__ = ["connect", "worker_addresses", "scatter_data", "local_cluster", "gather_within",
+           "WorkerGroup", "ClusterWorkers", "live_workers"]
 
 
 def local_cluster(*, n_workers: int, local_directory: str | None = None) -> LocalCluster:
@@ -79,6 +81,46 @@ def live_workers(client: Client, ours: list[str], *, known: set[str],
     return alive, fresh
 
 
+@runtime_checkable
+class WorkerGroup(Protocol):
+    """The workers one run trains on, which may change while it runs: rank r is on the r-th
+    of ``addresses``. A lost worker is replaced through :meth:`replace`, so whoever shares the
+    cluster between runs (``tasks.clusters.WorkerPool``) decides which workers a run may take.
+    """
+
+    addresses: list[str]
+
+    def replace(self, dead: set[str], *, need: int, timeout: float) -> list[str]:
+        """Drop ``dead`` (and any worker that left); add live workers the run may use, back up
+        to the group's size; wait up to ``timeout`` s for at least ``need``. Returns the new
+        ``addresses``, or raises :class:`ClusterError` naming the counts."""
+        ...
+
+
+class ClusterWorkers:
+    """A :class:`WorkerGroup` of a run that has the cluster to itself: a replacement is a
+    worker that joined after the run started (a dead worker never comes back: its replacement
+    has a new address)."""
+
+    def __init__(self, client: Client, addresses: list[str]) -> None:
+        self.client, self.addresses, self.size = client, list(addresses), len(addresses)
+        self.known = set(worker_addresses(client))
+
+    def replace(self, dead: set[str], *, need: int, timeout: float) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            alive, fresh = live_workers(self.client, self.addresses, known=self.known, dead=dead)
+            self.addresses = (alive + fresh)[: max(need, self.size)]
+            if len(self.addresses) >= need:
+                return self.addresses
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"the cluster at {self.client.scheduler.address} has "
+                    f"{len(self.addresses)} live worker(s) for this run after losing "
+                    f"{sorted(dead) or 'a worker'}; it needs {need} (waited {timeout:g} s)")
+            time.sleep(0.5)
+
+
 # one scattered copy per (client, dataset): every run of this process that shares a client
 # (trials of a grid) shares it; keyed by the client's id since futures die with their client
 _SCATTERED: dict[tuple[str, str], Any] = {}
@@ -103,10 +145,6 @@ def scatter_data(client: Client, data: TrainData, *, again: bool = False) -> Any
 
 def gather_within(futures: list[Any], *, timeout: float, what: str) -> list[Any]:
     """Results of ``futures`` in order, or ClusterError if they take longer than ``timeout``."""
-    import time
-
-    from damptune.errors import ClusterError
-
     deadline = time.monotonic() + timeout
     try:
         return [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]

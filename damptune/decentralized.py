@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from distributed import Client, get_worker
 
-from damptune.cluster import gather_within, live_workers, scatter_data, worker_addresses
+from damptune.cluster import WorkerGroup, gather_within, scatter_data
 from damptune.config import TrainConfig, n_workers_for
 from damptune.errors import ClusterError, DamptuneError
 from damptune.loop import (
@@ -199,17 +199,16 @@ class DecentralizedRunner:
 
     def __init__(
         self, *, client: Client, config: TrainConfig, data: TrainData, data_future: Any,
-        workers: list[str],
+        group: WorkerGroup,
     ) -> None:
-        if config.max_workers > len(workers):
+        if config.max_workers > len(group.addresses):
             raise ClusterError(
                 f"mode='decentralized' needs one Dask worker per rank: max_workers="
-                f"{config.max_workers} but the cluster has {len(workers)} worker(s). "
+                f"{config.max_workers} but the run has {len(group.addresses)} worker(s). "
                 "Lower max_workers or add workers."
             )
         self.client, self.config, self.data, self.data_future = client, config, data, data_future
-        self.workers = list(workers)
-        self.known = set(worker_addresses(client))  # workers that were there before this run
+        self.group = group
         self.group_key: str | None = None
         self.ranks: list[str] = []
         self.synced = True
@@ -228,7 +227,7 @@ class DecentralizedRunner:
         """Start a group of ``world`` ranks from the state's checkpoint."""
         self.teardown()
         self.group_key = f"group-{uuid.uuid4().hex[:12]}"
-        self.ranks = self.workers[:world]
+        self.ranks = self.group.addresses[:world]
         ckpt = state.checkpoint()
         del ckpt["history"]
         (host, port), = self._wait(
@@ -308,21 +307,8 @@ class DecentralizedRunner:
         except Exception:  # noqa: BLE001 - the dead rank cannot answer
             self.group_key, self.ranks = None, []
         del state.history[self.synced_len:]
-        self.workers = self._live_workers(need=self.config.max_workers)
+        self.group.replace(set(), need=self.config.max_workers, timeout=self.config.timeout)
         self.data_future = scatter_data(self.client, self.data)  # again if its holders died
-
-    def _live_workers(self, *, need: int) -> list[str]:
-        """Our workers still alive, then workers that joined since (e.g. restarted ones)."""
-        deadline = time.monotonic() + self.config.timeout
-        while True:
-            alive, fresh = live_workers(self.client, self.workers, known=self.known)
-            workers = (alive + fresh)[: max(need, len(self.workers))]
-            if len(workers) >= need:
-                return workers
-            if time.monotonic() > deadline:
-                raise ClusterError(f"only {len(workers)} live worker(s) for {need} ranks after "
-                                   f"a worker was lost")
-            time.sleep(1.0)
 
     def teardown(self, timeout: float | None = None) -> None:
         if self.group_key is None:

@@ -107,6 +107,7 @@ class TrainState:
         self.stopped: str | None = None
         self.interrupted = False  # stopped to be continued (SIGTERM, lifetime), not failed
         self.checkpoint_clock = time.monotonic()  # when the last checkpoint was written
+        self.preempted = False  # one of the run's workers got a preemption notice: checkpoint
 
     @property
     def epoch(self) -> float:

@@ -28,10 +28,10 @@ import torch
 from damptune import interrupt
 from damptune.centralized import CentralizedOps
 from damptune.checkpoint import load_latest, save_checkpoint
-from damptune.cluster import connect, scatter_data, worker_addresses
+from damptune.cluster import ClusterWorkers, WorkerGroup, connect, scatter_data, worker_addresses
 from damptune.config import TrainConfig
 from damptune.decentralized import DecentralizedRunner
-from damptune.errors import ConfigError, StopTraining
+from damptune.errors import ClusterError, ConfigError, StopTraining
 from damptune.loop import (
     CHECKPOINT,
     DONE,
@@ -45,6 +45,7 @@ from damptune.loop import (
     shard_forward,
 )
 from damptune.netmodel import calibrate_compute
+from damptune.preemption import PreemptionWatch
 from damptune.records import Record, ResumeRecord
 from damptune.state import GLOBAL_RNG_LOCK, TrainData, TrainState, build_model, resolve_device
 
@@ -161,7 +162,7 @@ def train(
     checkpoint_path: str | None = None,
     resume: bool = False,
     cluster: Any = None,
-    workers: list[str] | None = None,
+    workers: list[str] | WorkerGroup | None = None,
     local_directory: str | None = None,
     should_stop: Callable[[], str | None] | None = None,
     deadline: float | None = None,
@@ -182,8 +183,10 @@ def train(
             and at the end.
         resume: continue from ``checkpoint_path`` when it exists.
         cluster: None (local Dask cluster of ``max_workers``), an address, a Client or a cluster.
-        workers: addresses of the Dask workers this run may use (rank r on the r-th); default
-            all of the cluster's. Lets several runs share one cluster without sharing workers.
+        workers: the Dask workers this run may use (rank r on the r-th): addresses, or a
+            :class:`~damptune.cluster.WorkerGroup` that also says which workers replace lost
+            ones (several runs sharing one cluster); default all of the cluster's, replaced
+            by workers that join later.
         local_directory: Dask scratch directory for a cluster started here.
         should_stop: asked between updates; a reason (str) makes training checkpoint and stop
             *interrupted* (``state.interrupted``), to be continued by a rerun with ``resume``.
@@ -205,9 +208,9 @@ def train(
     checkpoints = _Checkpoints(checkpoint_path, keep=state.config.checkpoint_keep)
     # loop
     with contextlib.ExitStack() as stack:
-        runner = _open_runner(stack, state, data, cluster=cluster, workers=workers,
-                              local_directory=local_directory)
-        _run(state, runner, emit, _stop_reason(should_stop, deadline), checkpoints)
+        runner, notices = _open_runner(stack, state, data, cluster=cluster, workers=workers,
+                                       local_directory=local_directory)
+        _run(state, runner, emit, _stop_reason(should_stop, deadline), checkpoints, notices)
     # teardown
     checkpoints.save(state)
     return state
@@ -269,40 +272,73 @@ class _Checkpoints:
 
 
 def _open_runner(stack: contextlib.ExitStack, state: TrainState, data: TrainData, *,
-                 cluster: Any, workers: list[str] | None,
-                 local_directory: str | None) -> Runner:
-    """The runner of the configured mode (its Dask client closes with ``stack``)."""
+                 cluster: Any, workers: list[str] | WorkerGroup | None,
+                 local_directory: str | None) -> tuple[Runner, _Notices]:
+    """The runner of the configured mode (its Dask client closes with ``stack``) and the
+    preemption notices of its workers."""
     config = state.config
     if config.mode == "local":
-        return _OpsRunner(LocalOps(state.model, data.to(state.device)))
+        return _OpsRunner(LocalOps(state.model, data.to(state.device))), _Notices(None, None)
     client = stack.enter_context(
         connect(cluster, n_workers=config.max_workers, local_directory=local_directory))
-    known = worker_addresses(client)
-    if workers is not None and not set(workers) <= set(known):
-        raise ConfigError("workers", sorted(set(workers) - set(known)),
-                          f"addresses of the cluster's workers: {known}")
-    workers = list(workers) if workers is not None else known
+    group = workers if isinstance(workers, WorkerGroup) else ClusterWorkers(
+        client, list(workers) if workers is not None else worker_addresses(client))
+    missing = sorted(set(group.addresses) - set(worker_addresses(client)))
+    if missing:  # it left between being chosen and now: a fault of the cluster, not the input
+        raise ClusterError(f"worker(s) {missing} are no longer in the cluster at "
+                           f"{client.scheduler.address}")
+    watch = PreemptionWatch(client)
+    stack.callback(watch.close)
     data_future = scatter_data(client, data)
     if config.mode == "centralized":
-        return _OpsRunner(CentralizedOps(client=client, model=state.model, config=config,
-                                         data=data, data_future=data_future, workers=workers))
-    return DecentralizedRunner(client=client, config=config, data=data,
-                               data_future=data_future, workers=workers)
+        runner: Runner = _OpsRunner(CentralizedOps(
+            client=client, model=state.model, config=config, data=data,
+            data_future=data_future, group=group))
+    else:
+        runner = DecentralizedRunner(client=client, config=config, data=data,
+                                     data_future=data_future, group=group)
+    return runner, _Notices(watch, group)
+
+
+class _Notices:
+    """Preemption notices for the workers the run uses or used (the group may have replaced
+    the worker before its notice arrived); none in ``local`` mode."""
+
+    def __init__(self, watch: PreemptionWatch | None, group: WorkerGroup | None) -> None:
+        self.watch, self.group = watch, group
+        self.used: set[str] = set(group.addresses) if group is not None else set()
+
+    def pending(self) -> bool:
+        if self.watch is None or self.group is None:
+            return False
+        self.used |= set(self.group.addresses)
+        return bool(set(self.watch.take()) & self.used)
 
 
 def _run(state: TrainState, runner: Runner, emit: Emit, stop_reason: StopReason,
-         checkpoints: _Checkpoints) -> None:
-    """Run to each boundary; checkpoint there; stop when training is over, interrupted, or
+         checkpoints: _Checkpoints, notices: _Notices) -> None:
+    """Run to each boundary; checkpoint there (and at the first boundary after one of the
+    run's workers got a preemption notice); stop when training is over, interrupted, or
     stopped by the callback (``state.stopped`` says why)."""
+
+    def should_stop() -> bool:
+        if notices.pending():  # checkpoint at the next update: the loop sees the clock due
+            state.checkpoint_clock, state.preempted = float("-inf"), True
+        return stop_reason() is not None
+
     try:
         with interrupt.active():
             while True:
-                reason = runner.advance(state, emit,
-                                        should_stop=lambda: stop_reason() is not None)
+                reason = runner.advance(state, emit, should_stop=should_stop)
                 if reason == FLUSH and stop_reason() is not None:
                     runner.sync(state)  # decentralized: the driver stops between segments
                     reason = INTERRUPTED
+                if reason == FLUSH and (state.preempted or notices.pending()):
+                    # decentralized: the ranks keep the checkpoint clock; save between segments
+                    runner.sync(state)
+                    reason = CHECKPOINT
                 if reason == CHECKPOINT:
+                    state.preempted = False
                     checkpoints.save(state)
                 if reason == INTERRUPTED:
                     state.interrupted = True

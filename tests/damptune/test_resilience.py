@@ -176,3 +176,61 @@ def test_lost_workers_do_not_fail_the_run(blobs, fragile_cluster, mode, victims,
     assert survived.update == whole.update
     for a, b in zip(whole.model.parameters(), survived.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def terminator_at_update(scheduler, at_update=30):
+    """A callback that sends SIGTERM (a preemption notice) to the process of the run's second
+    worker at ``at_update``; it remembers the update and the worker."""
+    done = []
+
+    def callback(record):
+        if done or record.update < at_update:
+            return
+        with Client(scheduler, timeout="10s") as client:
+            worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[1]
+            pid = client.run(os.getpid, workers=[worker])[worker]
+        done.append((record.update, worker))
+        os.kill(pid, signal.SIGTERM)
+
+    callback.done = done
+    return callback
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["centralized", "decentralized"])
+def test_sigterm_to_a_worker_checkpoints_retires_it_and_the_run_continues(
+        blobs, fragile_cluster, mode, tmp_path):
+    """A real SIGTERM to a real worker process (the preemption notice of SLURM and spot
+    instances): the run checkpoints because of the notice (no other checkpoint is due before
+    the end), the worker leaves the cluster gracefully (it is not restarted), and the run
+    ends with the weights of an undisturbed one."""
+    from damptune.preemption import PreemptionPlugin
+
+    data = data_of(blobs)
+    address = fragile_cluster.scheduler_address
+    with Client(address, timeout="10s") as client:
+        client.register_plugin(PreemptionPlugin())
+    kw = {**KW, "max_epochs": 12, "checkpoint_seconds": 3600.0}  # no checkpoint but the notice's
+    whole = train(config(mode, 2, **kw), data, cluster=address)
+    ckpts = str(tmp_path / "c.pt")
+    saved = []
+
+    def watch_checkpoints(record):  # the first checkpoint written, as the run goes on
+        if not saved and os.path.exists(ckpts):
+            saved.append(load_checkpoint(ckpts)["counters"]["update"])
+        terminator(record)
+
+    terminator = terminator_at_update(address)
+    survived = train(config(mode, 2, **kw), data, cluster=address, callback=watch_checkpoints,
+                     checkpoint_path=ckpts)
+    (at, victim), = terminator.done
+    assert saved, "no checkpoint was written after the notice"
+    assert saved[0] < whole.update  # the notice's checkpoint, not the final one
+    if mode == "centralized":  # the driver holds the state: it saves the one it has now
+        assert saved[0] >= at, (at, saved)
+    with Client(address, timeout="10s") as client:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+    assert victim not in workers and len(workers) == 2  # retired, not restarted by its nanny
+    assert survived.update == whole.update
+    for a, b in zip(whole.model.parameters(), survived.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
