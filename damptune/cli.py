@@ -160,7 +160,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from damptune.errors import DamptuneError
+    from damptune.errors import ClusterError, DamptuneError
 
     args = build_parser().parse_args(argv)
     try:
@@ -172,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return simulate.run(args)
         if hasattr(args, "handler"):
             return int(args.handler(args))
+    except ClusterError as exc:  # a fault of the cluster, not of the input: run it again
+        print(f"damptune {args.command}: cluster fault: {exc}", file=sys.stderr)
+        return 75
     except (DamptuneError, ValueError) as exc:
         print(f"damptune {args.command}: error: {exc}", file=sys.stderr)
         return 2

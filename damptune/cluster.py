@@ -15,7 +15,7 @@ from damptune.errors import ClusterError, ConfigError
 from damptune.state import TrainData
 
 __all__ = ["connect", "worker_addresses", "scatter_data", "local_cluster", "gather_within",
-           "WorkerGroup", "ClusterWorkers", "live_workers"]
+           "WorkerGroup", "ClusterWorkers", "live_workers", "scheduler_address"]
 
 
 def local_cluster(*, n_workers: int, local_directory: str | None = None) -> LocalCluster:
@@ -62,6 +62,11 @@ def connect(
         client.close()
         if owned is not None:
             owned.close()
+
+
+def scheduler_address(client: Client) -> str:
+    """The address of the client's scheduler (for messages)."""
+    return str(getattr(client.scheduler, "address", "") or "the scheduler")
 
 
 def worker_addresses(client: Client) -> list[str]:
@@ -115,7 +120,7 @@ class ClusterWorkers:
                 return self.addresses
             if time.monotonic() > deadline:
                 raise ClusterError(
-                    f"the cluster at {self.client.scheduler.address} has "
+                    f"the cluster at {scheduler_address(self.client)} has "
                     f"{len(self.addresses)} live worker(s) for this run after losing "
                     f"{sorted(dead) or 'a worker'}; it needs {need} (waited {timeout:g} s)")
             time.sleep(0.5)

@@ -17,6 +17,7 @@ closes the worker without this notice; the run still recovers, from its last che
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
@@ -73,7 +74,5 @@ class PreemptionWatch:
         return notices
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # the client may be closing already
             self.client.unsubscribe_topic(TOPIC)
-        except Exception:  # noqa: BLE001 - the client is closing anyway
-            pass

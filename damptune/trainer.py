@@ -28,7 +28,14 @@ import torch
 from damptune import interrupt
 from damptune.centralized import CentralizedOps
 from damptune.checkpoint import load_latest, save_checkpoint
-from damptune.cluster import ClusterWorkers, WorkerGroup, connect, scatter_data, worker_addresses
+from damptune.cluster import (
+    ClusterWorkers,
+    WorkerGroup,
+    connect,
+    scatter_data,
+    scheduler_address,
+    worker_addresses,
+)
 from damptune.config import TrainConfig
 from damptune.decentralized import DecentralizedRunner
 from damptune.errors import ClusterError, ConfigError, StopTraining
@@ -286,7 +293,7 @@ def _open_runner(stack: contextlib.ExitStack, state: TrainState, data: TrainData
     missing = sorted(set(group.addresses) - set(worker_addresses(client)))
     if missing:  # it left between being chosen and now: a fault of the cluster, not the input
         raise ClusterError(f"worker(s) {missing} are no longer in the cluster at "
-                           f"{client.scheduler.address}")
+                           f"{scheduler_address(client)}")
     watch = PreemptionWatch(client)
     stack.callback(watch.close)
     data_future = scatter_data(client, data)

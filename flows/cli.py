@@ -63,6 +63,10 @@ def register_tune(sub: Any) -> None:
     t.add_argument("--max-cluster-lifetime", default=None, help="e.g. 6h: checkpoint and stop "
                    "before the cluster reaches this age; a rerun continues")
     t.add_argument("--checkpoint-seconds", type=float, default=30.0)
+    t.add_argument("--trial-attempts", type=int, default=3, help="tries of a trial that "
+                   "faults of the cluster interrupt (lost workers), each from its checkpoint")
+    t.add_argument("--worker-wait", type=float, default=600.0,
+                   help="seconds a trial waits for the live workers it needs")
     t.set_defaults(handler=_tune)
 
 
@@ -86,6 +90,7 @@ def _tune(args: argparse.Namespace) -> int:
     from damptune import interrupt
     from flows.tune import resolve_locations, tune
     from tasks.grid import DEFAULT_TARGETS, GridSettings, cells_of
+    from tasks.report import GridIncomplete
 
     if args.target is None:
         args.target = dict(DEFAULT_TARGETS)
@@ -114,7 +119,12 @@ def _tune(args: argparse.Namespace) -> int:
                     storage=settings.storage, tracking_uri=settings.tracking_uri,
                     cluster=args.cluster, max_concurrent_cells=args.concurrent_cells,
                     max_cluster_lifetime=args.max_cluster_lifetime,
-                    checkpoint_seconds=args.checkpoint_seconds)
+                    checkpoint_seconds=args.checkpoint_seconds,
+                    trial_attempts=args.trial_attempts, worker_wait=args.worker_wait)
+    except GridIncomplete as exc:  # the summary is written: show it, then say what is wrong
+        _print_rows(exc.rows, as_json=False)
+        print(f"damptune tune: {exc}", file=sys.stderr)
+        return exc.exit_code
     finally:
         stop.set()
     _print_rows(rows, as_json=False)
@@ -146,8 +156,8 @@ def _print_rows(rows: list[dict[str, Any]], *, as_json: bool) -> None:
                            for k, v in row["best_params"].items()) or "-"
         print(f"n{row['network']:<3} {row['algorithm']:<11} {row['model']:<8} best {value:<12}"
               f" {params:<40} complete {row['n_complete']}, pruned {row['n_pruned']}, "
-              f"failed {row['n_failed']}" + (f", interrupted {row['n_running']}"
-                                              if row["n_running"] else ""))
+              f"failed {row['n_failed']}" + (f", interrupted {row['n_interrupted']}"
+                                              if row["n_interrupted"] else ""))
 
 
 def _report(args: argparse.Namespace) -> int:

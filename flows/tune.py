@@ -8,7 +8,6 @@ write the grid's summary.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from typing import Any
 
@@ -23,7 +22,7 @@ from tasks import tracking
 from tasks.cell import run_cell
 from tasks.console import keep_running_without_console
 from tasks.grid import ALGORITHMS, DEFAULT_TARGETS, MODEL_NAMES, Cell, GridSettings, cells_of
-from tasks.report import grid_rows, write_meta, write_summary
+from tasks.report import GridIncomplete, grid_rows, write_meta, write_summary
 from tasks.search import storage_for
 from tasks.session import open_session
 
@@ -69,6 +68,8 @@ def tune(
     checkpoint_every: int = 0,
     checkpoint_root: str | None = None,
     max_cluster_lifetime: str | None = None,
+    trial_attempts: int = 3,
+    worker_wait: float = 600.0,
 ) -> list[dict[str, Any]]:
     """Tune every cell's damping; return one summary per cell (best params, value, counts).
 
@@ -90,8 +91,15 @@ def tune(
         checkpoint_root: where trial checkpoints go: a path or any fsspec URL (``s3://…`` with
             s3fs installed); default the run directory.
         max_cluster_lifetime: e.g. ``"6h"``: trials checkpoint and stop, *interrupted*, before
-            the cluster reaches this age (counted from the flow run's start); a rerun resumes
-            them.
+            the cluster reaches this age, counted from its scheduler's start (an existing
+            cluster may be older than the flow run); a rerun resumes them.
+        trial_attempts: tries of a trial that faults of the cluster interrupt (a lost worker,
+            a rank timeout), each from its checkpoint, before its cell stops with an error.
+        worker_wait: seconds a trial waits for the live workers it needs (a fault if not).
+
+    Raises:
+        GridIncomplete: after the summary is written, when trials ended FAIL, were left
+            interrupted, or cells stopped: the flow run is then Failed (see the README).
     """
     settings, cells = _settings(dict(locals()))
     _prepare(settings, n_cells=len(cells))
@@ -132,7 +140,6 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
     lifetime = interrupt.parse_duration(params["max_cluster_lifetime"])
     checkpoint_seconds = positive_float("checkpoint_seconds", params["checkpoint_seconds"],
                                         "a positive number")
-    margin = min(max(60.0, 2 * checkpoint_seconds), lifetime / 2) if lifetime else 0.0
     settings = GridSettings(
         grid_name=params["grid_name"], dataset=params["dataset"], trials=params["trials"],
         epochs=params["epochs"], target_accuracy=params["target_accuracy"],
@@ -143,7 +150,8 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
         checkpoint_seconds=checkpoint_seconds,
         checkpoint_every=int(params["checkpoint_every"]),
         checkpoint_root=params["checkpoint_root"] or "",
-        deadline=time.time() + lifetime - margin if lifetime else 0.0,
+        max_cluster_lifetime=lifetime or 0.0, trial_attempts=params["trial_attempts"],
+        worker_wait=params["worker_wait"],
     )
     cells = cells_of(networks=params["networks"], algorithms=params["algorithms"],
                      models=params["models"], settings=settings)
@@ -182,7 +190,8 @@ def _flow_run_key() -> str:
 
 def _summarize(settings: GridSettings, cells: list[Cell],
                failures: list[str]) -> list[dict[str, Any]]:
-    """The grid's rows: written to the run directory, MLflow and a Prefect artifact."""
+    """The grid's rows: written to the run directory, MLflow and a Prefect artifact; then
+    :class:`GridIncomplete` if trials failed or were left interrupted, or cells stopped."""
     logger = get_run_logger()
     keys = {c.key for c in cells}
     rows = [r for r in grid_rows(settings.storage, grid_name=settings.grid_name)
@@ -200,11 +209,9 @@ def _summarize(settings: GridSettings, cells: list[Cell],
     with open(md_path) as f:
         create_markdown_artifact(markdown=f"# Grid `{settings.grid_name}`\n\n" + f.read(),
                                  key=f"summary-{settings.grid_name}".lower().replace("_", "-"))
-    if failures:
-        raise RuntimeError(f"{len(failures)} cell(s) failed: " + "; ".join(failures))
-    running = sum(r["n_running"] for r in rows)
-    if running:
-        logger.warning("%d trial(s) were interrupted (%s); they are checkpointed and a rerun "
-                       "of this grid continues them", running, interrupt.requested() or
-                       "cluster lifetime or lost cluster")
+    if failures or any(r["n_failed"] or r["n_interrupted"] for r in rows):
+        incomplete = GridIncomplete(rows, failures)
+        logger.error("%s%s", incomplete, f"; stop requested: {interrupt.requested()}"
+                     if interrupt.requested() else "")
+        raise incomplete
     return rows

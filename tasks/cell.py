@@ -20,6 +20,7 @@ from damptune import interrupt
 from models import load_dataset
 from tasks import tracking
 from tasks.driver import StudyDriver, Ticket
+from tasks.faults import Retries, is_infrastructure_fault
 from tasks.grid import Cell, GridSettings
 from tasks.results import TrialResult, TrialState
 from tasks.search import distributions, open_study, study_name, with_storage_retries
@@ -47,7 +48,7 @@ def summarize(study: optuna.Study, cell: Cell) -> dict[str, Any]:
         "n_complete": len(complete),
         "n_pruned": sum(t.state == State.PRUNED for t in trials),
         "n_failed": sum(t.state == State.FAIL for t in trials),
-        "n_running": sum(t.state == State.RUNNING for t in trials),
+        "n_interrupted": sum(t.state == State.RUNNING for t in trials),
     }
 
 
@@ -77,6 +78,7 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
                          space=distributions(grid, c), batch=max_concurrent_trials)
     submit = {"settings": settings, "cell_key": c.key, "cell": cell, "session_key": session.key,
               "experiment_id": exp_id, "parent_run_id": parent}
+    retries = Retries(c.key, attempts=grid.trial_attempts, backoff=grid.retry_backoff)
     runner: ThreadPoolTaskRunner[Any]
     with ThreadPoolTaskRunner(max_workers=max_concurrent_trials) as runner:
         while True:
@@ -87,15 +89,21 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
                 if interrupt.requested():
                     return _finish(session, study, c, exp_id, parent, interrupted=True)
                 time.sleep(min(5.0, session.leases.ttl / 4))
-            elif not _run_batch(runner, driver, batch, submit):
+                continue
+            results = _run_batch(runner, driver, batch, submit)
+            if any(r.state is TrialState.INTERRUPTED and r.fault is None for r in results):
                 return _finish(session, study, c, exp_id, parent, interrupted=True)
+            faults = [r for r in results if r.fault is not None]
+            if faults and not retries.back_off(faults):  # attempts used up: stop the cell
+                _finish(session, study, c, exp_id, parent, interrupted=True)
+                raise retries.error(faults)
     return _finish(session, study, c, exp_id, parent, interrupted=False)
 
 
 def _run_batch(runner: ThreadPoolTaskRunner[Any], driver: StudyDriver, batch: list[Ticket],
-               submit: dict[str, Any]) -> bool:
-    """Train a batch of trials at once and record each; False if one was interrupted. An
-    outage (a store that stayed unreachable) stops the cell with that store's error."""
+               submit: dict[str, Any]) -> list[TrialResult]:
+    """Train a batch of trials at once and record each. An outage (a store that stayed
+    unreachable) stops the cell with that store's error."""
     futures = [(t, runner.submit(run_trial, {
         **submit, "number": t.number, "trial_id": t.trial_id, "params": t.params,
         "lease_key": driver.lease_key(t.number)})) for t in batch]
@@ -106,15 +114,20 @@ def _run_batch(runner: ThreadPoolTaskRunner[Any], driver: StudyDriver, batch: li
     outages = [r.outage for r in results if r.outage is not None]
     if outages:
         raise outages[0]
-    return all(r.state is not TrialState.INTERRUPTED for r in results)
+    return results
 
 
 def _result_of(ticket: Ticket, future: Any) -> TrialResult:
-    """The trial's result; an exception it raised makes it FAIL (with the message)."""
+    """The trial's result. An error it raised makes it FAIL (with the message), unless it is
+    a fault of the cluster: then it is INTERRUPTED, to be retried."""
     try:
         return future.result()
-    except Exception as exc:  # noqa: BLE001 - recorded as a failed trial
-        return TrialResult(ticket.number, TrialState.FAIL, ticket.params, reason=str(exc))
+    except Exception as exc:  # noqa: BLE001 - recorded as a failed or interrupted trial
+        if is_infrastructure_fault(exc):
+            return TrialResult(ticket.number, TrialState.INTERRUPTED, ticket.params,
+                               reason=f"cluster fault: {exc}", fault=exc)
+        return TrialResult(ticket.number, TrialState.FAIL, ticket.params,
+                           reason=f"{type(exc).__name__}: {exc}")
 
 
 def _log(result: TrialResult, cell_key: str) -> None:

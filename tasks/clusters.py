@@ -27,44 +27,103 @@ import yaml
 from distributed import Client
 
 from damptune import ClusterError, ConfigError
-from damptune.cluster import local_cluster, worker_addresses
+from damptune.cluster import local_cluster, scheduler_address, worker_addresses
+from damptune.preemption import TOPIC, PreemptionPlugin
 
-__all__ = ["WorkerPool", "open_cluster"]
+__all__ = ["WorkerPool", "Gang", "open_cluster"]
 
 
 class WorkerPool:
-    """Gang allocation of a cluster's workers among concurrent trials."""
+    """Gang allocation of the live cluster's workers among concurrent trials.
 
-    def __init__(self, address: str, workers: list[str]) -> None:
-        self.address = address
-        self._free = list(workers)
-        self._all = list(workers)
+    Membership is the scheduler's: a trial is given workers from the scheduler's worker list
+    at the time it asks, less those other trials hold. Workers that leave are never handed out
+    again; workers that join (replacements, a ``scale()``d or adaptive cluster) are. The
+    scheduler's add/remove-worker events wake trials waiting for workers.
+    """
+
+    def __init__(self, client: Client, *, timeout: float = 600.0) -> None:
+        self.client, self.address, self.timeout = client, scheduler_address(client), timeout
+        self._held: set[str] = set()
+        self._retiring: set[str] = set()
         self._cond = threading.Condition()
+        client.subscribe_topic("all", self._on_event)  # the scheduler's membership events
+        client.subscribe_topic(TOPIC, self._on_preemption)
+
+    def _on_event(self, event: Any) -> None:
+        _, msg = event
+        if isinstance(msg, dict) and msg.get("action") in ("add-worker", "remove-worker"):
+            with self._cond:
+                self._cond.notify_all()
+
+    def _on_preemption(self, event: Any) -> None:
+        with self._cond:  # it is leaving: hand it to no new trial
+            self._retiring.add(str(event[1].get("worker", "")))
+
+    def live(self) -> list[str]:
+        """The workers the scheduler knows now (sorted), less those given notice."""
+        return [w for w in worker_addresses(self.client) if w not in self._retiring]
 
     @property
     def size(self) -> int:
-        return len(self._all)
+        return len(self.live())
+
+    def take(self, n: int, *, at_least: int | None = None, timeout: float | None = None,
+             have: int = 0) -> list[str]:
+        """Up to ``n`` free live workers (sorted), at least ``at_least`` (default ``n``):
+        waits up to ``timeout`` s, else ClusterError naming the cluster and the counts."""
+        need = n if at_least is None else at_least
+        wait = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        with self._cond:
+            while True:
+                live = self.live()
+                free = sorted(set(live) - self._held)
+                if len(free) >= need:
+                    taken = free[:n]
+                    self._held.update(taken)
+                    return taken
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ClusterError(
+                        f"the cluster at {self.address} has {len(live)} live worker(s), "
+                        f"{len(set(live) & self._held)} of them held by trials; a trial "
+                        f"holding {have} needs {need} more (waited {wait:g} s)")
+                self._cond.wait(timeout=min(left, 1.0))  # events wake it; 1 s at most
+
+    def give_back(self, workers: list[str]) -> None:
+        with self._cond:
+            self._held.difference_update(workers)
+            self._cond.notify_all()
 
     @contextlib.contextmanager
-    def acquire(self, n: int, *, timeout: float = 3600.0) -> Iterator[list[str]]:
-        """Hold ``n`` workers (sorted addresses) for the duration of the ``with`` block."""
-        if n > len(self._all):
-            raise ClusterError(f"a trial needs {n} workers but the cluster has {len(self._all)}")
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while len(self._free) < n:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._cond.wait(timeout=left):
-                    raise ClusterError(f"no {n} free workers within {timeout} s")
-            taken = sorted(self._free)[:n]
-            for w in taken:
-                self._free.remove(w)
+    def acquire(self, n: int, *, timeout: float | None = None) -> Iterator[Gang]:
+        """Hold ``n`` live workers (a :class:`Gang`) for the duration of the ``with`` block."""
+        gang = Gang(self, self.take(n, timeout=timeout))
         try:
-            yield taken
+            yield gang
         finally:
-            with self._cond:
-                self._free.extend(taken)
-                self._cond.notify_all()
+            self.give_back(gang.addresses)
+
+
+class Gang:
+    """The workers one trial holds: a :class:`damptune.cluster.WorkerGroup` whose lost workers
+    are replaced from the pool's free ones (never from another trial's)."""
+
+    def __init__(self, pool: WorkerPool, addresses: list[str]) -> None:
+        self.pool, self.addresses, self.size = pool, addresses, len(addresses)
+
+    def replace(self, dead: set[str], *, need: int, timeout: float) -> list[str]:
+        live = set(self.pool.live())
+        gone = [w for w in self.addresses if w in dead or w not in live]
+        self.pool.give_back(gone)
+        kept = [w for w in self.addresses if w not in gone]
+        missing = self.size - len(kept)
+        if missing > 0:  # back to full size if free workers are there; wait only for need
+            kept += self.pool.take(missing, at_least=max(0, need - len(kept)),
+                                   timeout=timeout, have=len(kept))
+        self.addresses = kept
+        return kept
 
 
 def _from_yaml(path: str, n_workers: int) -> Any:
@@ -85,8 +144,13 @@ def _from_yaml(path: str, n_workers: int) -> Any:
 
 @contextlib.contextmanager
 def open_cluster(source: str, *, n_workers: int, local_directory: str,
-                 wait_timeout: float = 300.0) -> Iterator[WorkerPool]:
-    """Open the cluster for a flow run: its worker pool, until the ``with`` block ends."""
+                 wait_timeout: float = 300.0, worker_wait: float = 600.0) -> Iterator[WorkerPool]:
+    """Open the cluster for a flow run: its live worker pool, until the ``with`` block ends.
+
+    Every worker (and every worker that joins later) gets the preemption plugin: a SIGTERM
+    retires it gracefully and its trial checkpoints. ``worker_wait``: how long a trial waits
+    for the workers it needs before it is interrupted (a fault of the cluster, retried).
+    """
     owned: Any = None
     if source == "local":
         owned = local_cluster(n_workers=n_workers, local_directory=local_directory)
@@ -101,12 +165,22 @@ def open_cluster(source: str, *, n_workers: int, local_directory: str,
                           "'local', a scheduler address 'tcp://HOST:PORT' or a cluster YAML file")
     client = Client(address, timeout="30s", set_as_default=False)
     try:
-        client.wait_for_workers(n_workers, timeout=wait_timeout)
-        yield WorkerPool(address, worker_addresses(client))
-    except TimeoutError as exc:
-        raise ClusterError(f"the cluster at {address} did not offer {n_workers} workers within "
-                           f"{wait_timeout} s") from exc
+        client.register_plugin(PreemptionPlugin())
+        try:
+            client.wait_for_workers(n_workers, timeout=wait_timeout)
+        except TimeoutError as exc:
+            have = len(worker_addresses(client))
+            raise ClusterError(f"the cluster at {address} offered {have} of the {n_workers} "
+                               f"workers the grid needs within {wait_timeout:g} s") from exc
+        yield WorkerPool(client, timeout=worker_wait)
     finally:
         client.close()
         if owned is not None:
             owned.close()
+
+
+def cluster_started(pool: WorkerPool) -> float:
+    """When the cluster's scheduler started (``time.time()``): the clock of
+    ``max_cluster_lifetime``."""
+    info = pool.client.scheduler_info(n_workers=0)
+    return float(info.get("started") or time.time())

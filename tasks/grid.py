@@ -7,7 +7,7 @@ from typing import Any
 
 from damptune import DAMPERS, ConfigError
 from damptune.netmodel import get_profile
-from damptune.validate import choice, number_in, positive_float, positive_int
+from damptune.validate import choice, non_negative_float, number_in, positive_float, positive_int
 from models import DATASETS, MODELS
 
 __all__ = ["Cell", "GridSettings", "cells_of", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS"]
@@ -59,6 +59,10 @@ class GridSettings:
     checkpoint_every: int = 0  # updates between a trial's checkpoints (0: by time only)
     checkpoint_seconds: float = 30.0  # seconds of training between a trial's checkpoints
     deadline: float = 0.0  # time.time() by which trials checkpoint and stop (0: none)
+    max_cluster_lifetime: float = 0.0  # seconds from the cluster's start (0: none); sets deadline
+    trial_attempts: int = 3  # tries of a trial that cluster faults interrupt, in one run
+    retry_backoff: float = 2.0  # seconds before the first retry of a trial; doubled each time
+    worker_wait: float = 600.0  # seconds a trial waits for its workers before it is interrupted
     checkpoint_root: str = ""  # where trial checkpoints go: a path or fsspec URL (default run dir)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -85,6 +89,9 @@ def cells_of(
     positive_int("initial_batch", settings.initial_batch, "a positive integer (examples)")
     get_profile(settings.profile)
     choice("mode", settings.mode, ("centralized", "decentralized"))
+    positive_int("trial_attempts", settings.trial_attempts, "a positive integer (tries)")
+    positive_float("worker_wait", settings.worker_wait, "a positive number of seconds")
+    non_negative_float("retry_backoff", settings.retry_backoff, "seconds, 0 or more")
     choice("sampler", settings.sampler, ("tpe", "gp"))
     choice("pruner", settings.pruner, ("hyperband", "sha", "none"))
     if not settings.grid_name or "/" in settings.grid_name:

@@ -13,11 +13,36 @@ from tasks.cell import summarize
 from tasks.grid import Cell
 from tasks.search import storage_for
 
-__all__ = ["grid_rows", "write_summary", "COLUMNS", "read_meta", "write_meta"]
+__all__ = ["grid_rows", "write_summary", "COLUMNS", "read_meta", "write_meta", "GridIncomplete"]
 
 COLUMNS = ("network", "algorithm", "model", "best_value", "best_params", "n_complete",
-           "n_pruned", "n_failed", "n_running", "study")
+           "n_pruned", "n_failed", "n_interrupted", "study")
 META = "grid.json"
+
+
+class GridIncomplete(RuntimeError):
+    """The grid ran, but not all of it succeeded: trials ended FAIL, trials were left
+    interrupted (checkpointed; a rerun continues them) or cells stopped with an error. Raised
+    after the summary is written, so the flow run ends Failed with this message and
+    ``damptune tune`` exits with :attr:`exit_code`."""
+
+    def __init__(self, rows: list[dict[str, Any]], failures: list[str]) -> None:
+        self.rows, self.failures = rows, failures
+        self.n_failed = sum(int(r["n_failed"]) for r in rows)
+        self.n_interrupted = sum(int(r["n_interrupted"]) for r in rows)
+        parts = [f"{self.n_failed} trial(s) FAIL", f"{self.n_interrupted} interrupted"]
+        if failures:
+            parts.append(f"{len(failures)} cell(s) stopped: " + "; ".join(failures))
+        advice = ("interrupted trials are checkpointed and a rerun of the grid continues them"
+                  if self.n_interrupted or failures else "")
+        super().__init__("the grid did not complete: " + ", ".join(parts)
+                         + (f" ({advice})" if advice else ""))
+
+    @property
+    def exit_code(self) -> int:
+        """1 when trials failed or a cell stopped; 75 (EX_TEMPFAIL: run it again) when trials
+        were only interrupted."""
+        return 1 if self.n_failed or self.failures else 75
 
 
 def grid_rows(storage: str, *, grid_name: str | None = None) -> list[dict[str, Any]]:

@@ -24,7 +24,8 @@ class TrialResult:
 
     ``value`` is the objective (simulated seconds to the target, see :mod:`tasks.objective`);
     ``outage`` is the exception of a store that stayed unreachable (the trial is then
-    INTERRUPTED and its cell stops with that error).
+    INTERRUPTED and its cell stops with that error); ``fault`` is the fault of the cluster
+    that interrupted it (a lost worker, a rank timeout: its run retries it).
     """
 
     number: int
@@ -34,5 +35,6 @@ class TrialResult:
     run_id: str | None = None
     reason: str = ""
     outage: Exception | None = None
+    fault: BaseException | None = None
     reached: bool = False
     best_accuracy: float | None = None

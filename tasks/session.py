@@ -16,12 +16,12 @@ from mlflow.tracking import MlflowClient
 
 from damptune import DamptuneError
 from tasks import tracking
-from tasks.clusters import WorkerPool, open_cluster
+from tasks.clusters import WorkerPool, cluster_started, open_cluster
 from tasks.grid import GridSettings
 from tasks.leases import Leases, leases_for
 from tasks.tracking import PlotQueue
 
-__all__ = ["Session", "open_session", "session_for"]
+__all__ = ["Session", "open_session", "session_for", "lifetime_deadline"]
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,13 @@ _OPEN: dict[str, Session] = {}
 @contextlib.contextmanager
 def open_session(settings: GridSettings, *, key: str, cluster: str,
                  n_workers: int) -> Iterator[Session]:
-    """Open the cluster and the clients of a flow run; close them (plots drawn) on exit."""
-    with open_cluster(cluster, n_workers=n_workers,
+    """Open the cluster and the clients of a flow run; close them (plots drawn) on exit.
+    ``settings.deadline`` is set from ``max_cluster_lifetime``, counted from the cluster's
+    start (see :func:`lifetime_deadline`)."""
+    with open_cluster(cluster, n_workers=n_workers, worker_wait=settings.worker_wait,
                       local_directory=os.path.join(settings.run_dir, "dask")) as pool:
+        if settings.max_cluster_lifetime:
+            settings.deadline = lifetime_deadline(cluster_started(pool), settings)
         session = Session(key=key, pool=pool, tracking=tracking.client_for(settings.tracking_uri),
                           leases=leases_for(settings.storage), plots=PlotQueue())
         _OPEN[key] = session
@@ -54,6 +58,17 @@ def open_session(settings: GridSettings, *, key: str, cluster: str,
         finally:
             _OPEN.pop(key, None)
             session.plots.close()
+
+
+def lifetime_deadline(started: float, settings: GridSettings) -> float:
+    """When trials must checkpoint and stop: the cluster's start (its scheduler's, a
+    ``time.time()``) plus ``max_cluster_lifetime``, less a margin of two checkpoint intervals
+    (at least a minute, at most half the lifetime). Per-worker walltimes are the workers' own
+    (``dask worker --lifetime``, see infra/cluster-slurm-spot.yaml): a retiring worker's trial
+    checkpoints on the notice and continues on the others."""
+    lifetime = settings.max_cluster_lifetime
+    margin = min(max(60.0, 2 * settings.checkpoint_seconds), lifetime / 2)
+    return started + lifetime - margin
 
 
 def session_for(key: str) -> Session:

@@ -13,7 +13,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from damptune import ClusterError, TrainConfig, TrainData, TrainState, train
+from damptune import TrainConfig, TrainData, TrainState, train
 from damptune.config import cap_for, import_path
 from models import load_dataset, model_class
 from tasks import tracking
@@ -26,6 +26,7 @@ from tasks.callbacks import (
     compose,
 )
 from tasks.driver import trial_handle
+from tasks.faults import is_infrastructure_fault
 from tasks.grid import Cell, GridSettings
 from tasks.leases import Heartbeat
 from tasks.objective import objective
@@ -82,7 +83,8 @@ def run_trial(
     Returns COMPLETE, PRUNED or INTERRUPTED. When the Optuna storage or MLflow stays
     unreachable through the retries, the trial is INTERRUPTED with ``outage`` set (not
     failed): its checkpoint, Optuna trial and MLflow run are left as they are, and a rerun
-    continues it. Any other error propagates: its cell records the trial FAIL.
+    continues it. A fault of the cluster (:mod:`tasks.faults`) makes it INTERRUPTED with
+    ``fault`` set: its cell retries it. Any other error propagates: the cell records FAIL.
     """
     grid, c = GridSettings(**settings), Cell(**cell)
     session = session_for(session_key)
@@ -131,20 +133,20 @@ def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: d
     heartbeat = Heartbeat(session.leases, lease_key or f"{study.study_name}#{number}",
                           session.key)
     try:
-        with heartbeat, worklog, session.pool.acquire(c.network) as workers:
-            state = train(config, data, cluster=session.pool.address, workers=workers,
+        with heartbeat, worklog, session.pool.acquire(c.network) as gang:
+            state = train(config, data, cluster=session.pool.address, workers=gang,
                           callback=callback, checkpoint_path=checkpoint_path(grid, c, number),
                           resume=True, should_stop=heartbeat.stop_reason,
                           deadline=grid.deadline or None)
     except OUTAGES:
         raise  # the stores do not answer: leave the run as it is (the rerun reopens it)
-    except ClusterError as exc:  # the cluster went away (spot reclaim): not the trial's fault
-        logger.end("KILLED")
+    except Exception as exc:
+        if not is_infrastructure_fault(exc):  # its own error: retrying cannot help
+            logger.end("FAILED")
+            raise
+        logger.end("KILLED")  # a lost worker, a rank timeout: not the trial's fault
         return TrialResult(number, TrialState.INTERRUPTED, params, run_id=logger.run_id,
-                           reason=f"cluster lost: {exc}")
-    except BaseException:
-        logger.end("FAILED")
-        raise
+                           reason=f"cluster fault: {exc}", fault=exc)
     return _outcome(state, number=number, params=params, logger=logger, target=target,
                     pruned=pruner.pruned, work=worklog.totals())
 

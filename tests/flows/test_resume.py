@@ -89,7 +89,7 @@ def test_interrupted_grid_resumes_to_the_clean_result(tmp_path, scheduler, clean
     rows = tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
     watcher.join()
     interrupt.clear()
-    assert sum(r["n_running"] for r in rows) >= 1  # interrupted, not failed
+    assert sum(r["n_interrupted"] for r in rows) >= 1  # interrupted, not failed
     assert all(r["n_failed"] == 0 for r in rows)
     monkeypatch.setenv("DAMPTUNE_CACHE", str(tmp_path / "another-machine"))
     tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
@@ -182,7 +182,7 @@ def test_sigkill_of_the_flow_process_then_rerun(tmp_path, clean):
     report = subprocess.run([sys.executable, "-m", "damptune", "report", "--run-dir",
                              str(run_dir), "--json"], capture_output=True, text=True)
     rows = [json.loads(line) for line in report.stdout.splitlines()]
-    assert all(r["n_running"] == 0 and r["n_failed"] == 0 for r in rows)
+    assert all(r["n_interrupted"] == 0 and r["n_failed"] == 0 for r in rows)
 
 
 def _mlflow_server(root, port):
