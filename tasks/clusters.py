@@ -26,11 +26,13 @@ from typing import Any
 import yaml
 from distributed import Client
 
-from damptune import ClusterError, ConfigError
+from damptune import ClusterError, ConfigError, membership
 from damptune.cluster import local_cluster, scheduler_address, worker_addresses
 from damptune.preemption import TOPIC, PreemptionPlugin
 
 __all__ = ["WorkerPool", "Gang", "open_cluster"]
+
+EXCLUDED_SECONDS = 120.0  # how long a worker seen failing or given notice is handed out no more
 
 
 class WorkerPool:
@@ -45,24 +47,35 @@ class WorkerPool:
     def __init__(self, client: Client, *, timeout: float = 600.0) -> None:
         self.client, self.address, self.timeout = client, scheduler_address(client), timeout
         self._held: set[str] = set()
-        self._retiring: set[str] = set()
+        # given notice, or seen failing by a trial: address -> until when (time.monotonic) it
+        # is handed out no more; the scheduler may list a dead worker for a while
+        self._excluded: dict[str, float] = {}
+        self.waiting = 0  # trials waiting for workers now
         self._cond = threading.Condition()
-        client.subscribe_topic("all", self._on_event)  # the scheduler's membership events
+        client.subscribe_topic(membership.TOPIC, self._on_event)  # workers join or leave
         client.subscribe_topic(TOPIC, self._on_preemption)
 
+    # The two handlers below run on the client's event loop. They take ``_cond`` briefly, so
+    # no code may call the client (a call that needs that loop) while holding ``_cond``.
+
     def _on_event(self, event: Any) -> None:
-        _, msg = event
-        if isinstance(msg, dict) and msg.get("action") in ("add-worker", "remove-worker"):
-            with self._cond:
-                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
 
     def _on_preemption(self, event: Any) -> None:
         with self._cond:  # it is leaving: hand it to no new trial
-            self._retiring.add(str(event[1].get("worker", "")))
+            self._exclude([str(event[1].get("worker", ""))])
+
+    def _exclude(self, workers: list[str]) -> None:
+        until = time.monotonic() + EXCLUDED_SECONDS
+        self._excluded.update(dict.fromkeys(workers, until))
 
     def live(self) -> list[str]:
-        """The workers the scheduler knows now (sorted), less those given notice."""
-        return [w for w in worker_addresses(self.client) if w not in self._retiring]
+        """The workers the scheduler knows now (sorted), less those given notice or seen
+        failing in the last ``EXCLUDED_SECONDS`` (the scheduler may list a dead worker for a
+        while). Asks the scheduler: never call it holding ``_cond``."""
+        now = time.monotonic()
+        return [w for w in worker_addresses(self.client) if self._excluded.get(w, 0.0) <= now]
 
     @property
     def size(self) -> int:
@@ -75,25 +88,33 @@ class WorkerPool:
         need = n if at_least is None else at_least
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
-        with self._cond:
-            while True:
-                live = self.live()
-                free = sorted(set(live) - self._held)
+        while True:
+            live = self.live()  # outside the lock: see _on_event
+            with self._cond:
+                now = time.monotonic()
+                free = sorted(w for w in set(live) - self._held
+                              if self._excluded.get(w, 0.0) <= now)
                 if len(free) >= need:
                     taken = free[:n]
                     self._held.update(taken)
                     return taken
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if deadline <= now:
                     raise ClusterError(
                         f"the cluster at {self.address} has {len(live)} live worker(s), "
                         f"{len(set(live) & self._held)} of them held by trials; a trial "
                         f"holding {have} needs {need} more (waited {wait:g} s)")
-                self._cond.wait(timeout=min(left, 1.0))  # events wake it; 1 s at most
+                self.waiting += 1
+                try:  # membership events wake it; 1 s at most
+                    self._cond.wait(timeout=min(deadline - now, 1.0))
+                finally:
+                    self.waiting -= 1
 
-    def give_back(self, workers: list[str]) -> None:
+    def give_back(self, workers: list[str], *, lost: bool = False) -> None:
+        """Release ``workers``; ``lost``: a trial saw them fail, hand them out no more."""
         with self._cond:
             self._held.difference_update(workers)
+            if lost:
+                self._exclude(workers)
             self._cond.notify_all()
 
     @contextlib.contextmanager
@@ -116,7 +137,7 @@ class Gang:
     def replace(self, dead: set[str], *, need: int, timeout: float) -> list[str]:
         live = set(self.pool.live())
         gone = [w for w in self.addresses if w in dead or w not in live]
-        self.pool.give_back(gone)
+        self.pool.give_back(gone, lost=True)
         kept = [w for w in self.addresses if w not in gone]
         missing = self.size - len(kept)
         if missing > 0:  # back to full size if free workers are there; wait only for need
@@ -166,6 +187,7 @@ def open_cluster(source: str, *, n_workers: int, local_directory: str,
     client = Client(address, timeout="30s", set_as_default=False)
     try:
         client.register_plugin(PreemptionPlugin())
+        client.register_plugin(membership.MembershipPlugin())
         try:
             client.wait_for_workers(n_workers, timeout=wait_timeout)
         except TimeoutError as exc:

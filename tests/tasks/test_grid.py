@@ -1,10 +1,7 @@
-import threading
-import time
 
 import pytest
 
-from damptune import ClusterError, ConfigError
-from tasks.clusters import WorkerPool
+from damptune import ConfigError
 from tasks.grid import Cell, GridSettings, cells_of
 from tasks.search import distributions
 from tasks.trial import objective
@@ -59,31 +56,6 @@ def test_objective_is_simulated_time_to_target_or_documented_penalty():
     value, reached, best = objective(history, target=0.8)
     assert not reached and best == 0.7
     assert value == pytest.approx(2.0 * (1 + 0.1 / 0.8)) and value > 2.0
-
-
-def test_worker_pool_gang_allocates_all_or_nothing():
-    pool = WorkerPool("tcp://x", ["w0", "w1", "w2", "w3"])
-    order = []
-
-    def second():
-        with pool.acquire(3) as w:
-            order.append(("second", w))
-
-    with pool.acquire(2) as first:
-        assert first == ["w0", "w1"]
-        t = threading.Thread(target=second)
-        t.start()
-        time.sleep(0.3)
-        assert order == []  # 2 free workers are not enough: it waits, holding none
-        with pool.acquire(2) as third:
-            assert third == ["w2", "w3"]
-    t.join(5)
-    assert order and len(order[0][1]) == 3
-    with (
-        pytest.raises(ClusterError, match="needs 5 workers but the cluster has 4"),
-        pool.acquire(5),
-    ):
-        pass
 
 
 def test_cluster_from_yaml_is_opened_scaled_and_closed(tmp_path):
