@@ -99,5 +99,9 @@ class StudyDriver:
             with_storage_retries(lambda: self.study.tell(result.number, result.value))
         else:
             state = State.PRUNED if result.state is TrialState.PRUNED else State.FAIL
+            if state is State.FAIL:  # the message, shown with the trial in Optuna's dashboard
+                trial_id = self.study.trials[result.number]._trial_id
+                with_storage_retries(lambda: self.study._storage.set_trial_user_attr(
+                    trial_id, "fail_reason", result.reason[:2000]))
             with_storage_retries(lambda: self.study.tell(result.number, state=state))
         self.leases.release(key, self.owner)

@@ -23,7 +23,8 @@ log = logging.getLogger("damptune.tasks")
 # errors Dask raises when a worker or the scheduler went away (matched by name: their
 # modules move between releases)
 _DASK_FAULTS = {"CommClosedError", "KilledWorker", "FutureCancelledError", "StreamClosedError"}
-_NOT_FAULTS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+_NOT_FAULTS = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+               NotADirectoryError)
 _FAULTS = (ClusterError, TimeoutError, ConnectionError, OSError, EOFError, CancelledError)
 
 

@@ -1,0 +1,141 @@
+"""Spot clusters replace machines: the grid follows the live cluster, and no fault of the
+cluster becomes a FAIL (real Prefect harness, Optuna and MLflow on SQLite, real Dask
+LocalClusters whose worker processes are killed by real signals)."""
+
+import os
+import signal
+import socket
+
+import pytest
+import yaml
+from distributed import Client, WorkerPlugin
+from mlflow.tracking import MlflowClient
+
+from damptune.cluster import local_cluster
+from flows.tune import tune
+from infra.stack import REPO_ROOT
+from tasks.report import GridIncomplete
+from tests.flows.grids import GRID, after_first_finished_trial, runs_per_trial, trials_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+
+
+@pytest.fixture
+def spot_cluster(tmp_path):
+    """A cluster of the grid's size (2 workers): killed workers are restarted by their
+    nannies, at new addresses."""
+    cluster = local_cluster(n_workers=2, local_directory=str(tmp_path / "dask"))
+    yield cluster
+    cluster.close()
+
+
+def sigkill(address, pick):
+    def kill():
+        with Client(address, timeout="10s") as client:
+            workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+            pids = client.run(os.getpid, workers=pick(workers))
+        for pid in pids.values():
+            os.kill(pid, signal.SIGKILL)
+        kill.done = sorted(pids)
+
+    kill.done = []
+    return kill
+
+
+@pytest.mark.parametrize("victims", ["one worker", "every worker"])
+def test_workers_sigkilled_mid_grid_lose_nothing(tmp_path, spot_cluster, clean, victims):
+    """The issue's scenario: worker processes SIGKILLed after the first trial finished; their
+    nannies start replacements at new addresses. The grid ends as the clean run did: every
+    trial COMPLETE or PRUNED once, none FAIL, the same values, one MLflow run per trial."""
+    run_dir = str(tmp_path / "r")
+    pick = (lambda ws: ws[:1]) if victims == "one worker" else (lambda ws: ws)
+    kill = sigkill(spot_cluster.scheduler_address, pick)
+    watcher = after_first_finished_trial(f"sqlite:///{run_dir}/optuna.db", kill)
+    rows = tune(grid_name="g", run_dir=run_dir, cluster=spot_cluster.scheduler_address, **GRID)
+    watcher.join()
+    assert len(kill.done) == (1 if victims == "one worker" else 2)  # really killed
+    assert all(r["n_failed"] == 0 and r["n_interrupted"] == 0 for r in rows)
+    assert trials_of(run_dir, "g") == clean
+    assert set(runs_per_trial(run_dir, "g").values()) == {1}
+
+
+def test_a_grid_on_a_spec_cluster_from_yaml_survives_a_killed_worker(tmp_path, clean):
+    """A cluster class other than LocalCluster, loaded from YAML as a user would load theirs:
+    distributed's SpecCluster (the base of dask-jobqueue's and dask-kubernetes' clusters) from
+    infra/cluster-spec.yaml, given a known port. A worker SIGKILLed mid-grid is replaced by
+    its nanny; the grid ends equal to the clean run."""
+    with open(os.path.join(REPO_ROOT, "infra", "cluster-spec.yaml")) as f:
+        spec = yaml.safe_load(f)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec["kwargs"]["scheduler"]["options"]["port"] = port
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    run_dir = str(tmp_path / "y")
+    kill = sigkill(f"tcp://127.0.0.1:{port}", lambda ws: ws[:1])
+    watcher = after_first_finished_trial(f"sqlite:///{run_dir}/optuna.db", kill)
+    rows = tune(grid_name="g", run_dir=run_dir, cluster=str(path), **GRID)
+    watcher.join()
+    assert len(kill.done) == 1  # really killed
+    assert all(r["n_failed"] == 0 and r["n_interrupted"] == 0 for r in rows)
+    assert trials_of(run_dir, "g") == clean
+    assert set(runs_per_trial(run_dir, "g").values()) == {1}
+    with pytest.raises(OSError):  # the cluster the flow opened from the YAML is closed
+        Client(f"tcp://127.0.0.1:{port}", timeout="2s")
+
+
+class RanksPerWorker(WorkerPlugin):
+    """Counts the parameter-server ranks (actors) each worker started."""
+
+    name = "ranks-per-worker"
+
+    def setup(self, worker):
+        self.ranks = 0
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "memory" and str(key).startswith("Rank-"):
+            self.ranks += 1
+
+
+def test_workers_added_mid_grid_are_used(tmp_path, spot_cluster):
+    """The cluster is scaled from 2 to 4 workers mid-grid (as an adaptive cluster or a new
+    spot machine would): the new workers train trials, and every trial finishes."""
+    run_dir = str(tmp_path / "s")
+    with Client(spot_cluster.scheduler_address, timeout="10s") as client:
+        client.register_plugin(RanksPerWorker())
+        first = set(client.scheduler_info(n_workers=-1)["workers"])
+    watcher = after_first_finished_trial(f"sqlite:///{run_dir}/optuna.db",
+                                         lambda: spot_cluster.scale(4))
+    rows = tune(grid_name="g", run_dir=run_dir, cluster=spot_cluster.scheduler_address,
+                max_concurrent_cells=2, **{**GRID, "trials": 4})
+    watcher.join()
+    assert all(r["n_complete"] + r["n_pruned"] == 4 for r in rows), rows
+    with Client(spot_cluster.scheduler_address, timeout="10s") as client:
+        ranks = client.run(lambda dask_worker: dask_worker.plugins["ranks-per-worker"].ranks)
+    added = {w: n for w, n in ranks.items() if w not in first}
+    assert len(added) == 2 and all(n > 0 for n in added.values()), ranks
+
+
+def test_a_configuration_error_fails_at_once_with_its_message(tmp_path, scheduler):
+    """A genuine configuration error (checkpoint_root is a file, so no checkpoint can be
+    written) is not retried: every trial is FAIL after one attempt, with the message in
+    Optuna, its MLflow run FAILED, and the run is not a success (exit code 1)."""
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("")
+    run_dir = str(tmp_path / "f")
+    with pytest.raises(GridIncomplete, match="2 trial\\(s\\) FAIL") as failed:
+        tune(grid_name="g", run_dir=run_dir, cluster=scheduler, checkpoint_root=str(not_a_dir),
+             **{**GRID, "algorithms": ["geodamp"], "trials": 2})
+    assert failed.value.exit_code == 1
+    import optuna
+
+    study = optuna.load_study(study_name="g/n2/geodamp/mlp",
+                              storage=f"sqlite:///{run_dir}/optuna.db")
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
+    assert all("Not a directory" in t.user_attrs["fail_reason"] for t in study.trials)
+    client = MlflowClient(f"sqlite:///{run_dir}/mlflow.db")
+    exp = client.get_experiment_by_name("damptune-g")
+    runs = client.search_runs([exp.experiment_id], "tags.`damptune.kind` = 'trial'")
+    assert sorted(r.info.status for r in runs) == ["FAILED", "FAILED"]
+    assert set(runs_per_trial(run_dir, "g").values()) == {1}
