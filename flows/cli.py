@@ -62,7 +62,10 @@ def register_tune(sub: Any) -> None:
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("--max-cluster-lifetime", default=None, help="e.g. 6h: checkpoint and stop "
                    "before the cluster reaches this age; a rerun continues")
-    t.add_argument("--checkpoint-seconds", type=float, default=30.0)
+    t.add_argument("--checkpoint-seconds", type=float, default=30.0,
+                   help="seconds of training between a trial's checkpoints")
+    t.add_argument("--checkpoint-every", type=int, default=0,
+                   help="model updates between a trial's checkpoints (0: by time only)")
     t.add_argument("--trial-attempts", type=int, default=3, help="tries of a trial that "
                    "faults of the cluster interrupt (lost workers), each from its checkpoint")
     t.add_argument("--worker-wait", type=float, default=600.0,
@@ -120,6 +123,7 @@ def _tune(args: argparse.Namespace) -> int:
                     cluster=args.cluster, max_concurrent_cells=args.concurrent_cells,
                     max_cluster_lifetime=args.max_cluster_lifetime,
                     checkpoint_seconds=args.checkpoint_seconds,
+                    checkpoint_every=args.checkpoint_every,
                     trial_attempts=args.trial_attempts, worker_wait=args.worker_wait)
     except GridIncomplete as exc:  # the summary is written: show it, then say what is wrong
         _print_rows(exc.rows, as_json=False)

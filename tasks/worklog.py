@@ -16,7 +16,8 @@ The figure is what the driver saw: every update in ``centralized`` mode; in ``de
 mode the ranks report at the end of each segment (at most ``FLUSH_SECONDS``, 1 s), so up to a
 segment of lost work can go unseen. A checkpoint is taken at the first update boundary after
 ``checkpoint_seconds`` of wall time, so one interval loses at most ``checkpoint_seconds`` of
-training plus the update under way.
+training plus the update under way; with ``checkpoint_every`` (updates) it loses at most that
+many updates.
 """
 
 from __future__ import annotations
@@ -127,5 +128,6 @@ def _totals(attempts: list[dict[str, Any]]) -> dict[str, Any]:
         "attempts": len(attempts),
         "lost_updates": sum(a["lost_updates"] for a in attempts),
         "lost_seconds": sum(a["lost_seconds"] for a in attempts),
+        "max_lost_updates": max((a["lost_updates"] for a in attempts), default=0),
         "max_lost_seconds": max((a["lost_seconds"] for a in attempts), default=0.0),
     }

@@ -104,7 +104,6 @@ def test_sigterm_checkpoints_and_resume_matches(tmp_path):
     out = subprocess.run(args + ["--checkpoint", str(whole)], capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["train_seconds"] > 2  # room for a signal mid-training
     part = tmp_path / "part.pt"
     proc = subprocess.Popen(args + ["--checkpoint", str(part), "--checkpoint-seconds", "0.3"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -115,7 +114,8 @@ def test_sigterm_checkpoints_and_resume_matches(tmp_path):
     stdout, stderr = proc.communicate(timeout=120)
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["interrupted"], stderr
-    assert load_checkpoint(str(part))["counters"]["update"] > 0
+    whole_updates = load_checkpoint(str(whole))["counters"]["update"]
+    assert 0 < load_checkpoint(str(part))["counters"]["update"] < whole_updates  # mid-training
     out = subprocess.run(args + ["--checkpoint", str(part), "--resume"], capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr

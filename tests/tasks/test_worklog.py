@@ -1,6 +1,7 @@
 """The work log measures what a kill really cost: a real training process is SIGKILLed between
 checkpoints, the next attempt resumes from the checkpoint, and the lost work it records is the
-gap between the dead process's last update and that checkpoint — no more than one interval."""
+gap between the dead process's last update and that checkpoint — no more than one interval
+(here in updates, so the bound is a count, not a duration)."""
 
 import os
 import signal
@@ -14,7 +15,7 @@ from infra.stack import REPO_ROOT
 from tasks.worklog import WorkLog, summary
 from tests.problems import blobs
 
-INTERVAL = 0.3  # checkpoint_seconds
+EVERY = 200  # checkpoint_every: updates between checkpoints
 
 CHILD = textwrap.dedent("""
     import sys
@@ -38,26 +39,35 @@ def make_config():
                        lr=0.05, damper="geodamp",
                        damper_kwargs={"initial": 8, "factor": 2, "delay": 50},
                        max_batch_size=64, per_worker_batch=8, min_workers=1, max_workers=1,
-                       max_epochs=2000, seed=3, mode="local", checkpoint_seconds=INTERVAL)
+                       max_epochs=2000, seed=3, mode="local", checkpoint_every=EVERY)
+
+
+def live_update(log):
+    try:
+        with open(log.live_path) as f:
+            return int(f.read().split()[0])
+    except (FileNotFoundError, IndexError, ValueError):
+        return 0
 
 
 def test_lost_work_after_a_sigkill_is_measured_and_within_one_interval(tmp_path):
     run_dir, ckpt = str(tmp_path / "run"), str(tmp_path / "trial-0.pt")
+    log = WorkLog(run_dir, "n2/geodamp/mlp", 0)
     child = subprocess.Popen([sys.executable, "-c", CHILD, run_dir, ckpt], cwd=REPO_ROOT,
                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not os.path.exists(f"{ckpt}~1"):
         time.sleep(0.05)  # two checkpoints written: training is in full swing
     assert os.path.exists(f"{ckpt}~1"), "the child never checkpointed twice"
-    time.sleep(INTERVAL / 2)
+    while time.monotonic() < deadline and not EVERY / 4 <= live_update(log) % EVERY <= EVERY / 2:
+        time.sleep(0.001)  # kill between two checkpoints
     os.kill(child.pid, signal.SIGKILL)
     child.wait(30)
 
-    log = WorkLog(run_dir, "n2/geodamp/mlp", 0)
-    with open(log.live_path) as f:
-        dead_update = int(f.read().split()[0])  # how far the killed process got
+    dead_update = live_update(log)  # how far the killed process got
     saved = load_checkpoint(ckpt)
     assert dead_update > saved["counters"]["update"] > 0
+    assert saved["counters"]["update"] % EVERY == 0  # the newest checkpoint of the dead run
 
     with log:  # the next attempt: resumes, then stops (interrupted) at once
         state = train(make_config(), TrainData.from_arrays(*blobs()), callback=log.record,
@@ -66,7 +76,8 @@ def test_lost_work_after_a_sigkill_is_measured_and_within_one_interval(tmp_path)
     second = log.attempt
     assert second["attempt"] == 2 and second["resumed_at"] == saved["counters"]["update"]
     assert second["lost_updates"] == dead_update - saved["counters"]["update"]
-    assert 0 < second["lost_seconds"] <= INTERVAL + 0.5, second  # one interval + an update
+    assert 0 < second["lost_updates"] <= EVERY, second  # at most one interval
+    assert second["lost_seconds"] > 0, second  # measured (how long it took is not a bound)
 
     with log:  # after an interrupted (checkpointed) attempt nothing is lost
         train(make_config(), TrainData.from_arrays(*blobs()), callback=log.record,
@@ -74,3 +85,4 @@ def test_lost_work_after_a_sigkill_is_measured_and_within_one_interval(tmp_path)
     assert log.attempt["attempt"] == 3 and log.attempt["lost_updates"] == 0
     totals = summary(run_dir)[("n2/geodamp/mlp", 0)]
     assert totals["attempts"] == 3 and totals["lost_updates"] == second["lost_updates"]
+    assert totals["max_lost_updates"] == second["lost_updates"]
