@@ -160,6 +160,12 @@ def _measure(config: TrainConfig, data: TrainData, model: torch.nn.Module,
     return dataclasses.replace(config, compute_fixed=fixed, compute_per_example=per_example)
 
 
+def _resume_record(state: TrainState) -> ResumeRecord:
+    return ResumeRecord(update=state.update, epoch=state.epoch,
+                        examples_seen=state.examples_seen, time_elapsed=state.time_elapsed,
+                        time_sim=state.time_sim)
+
+
 def train(
     config: TrainConfig,
     data: TrainData,
@@ -209,9 +215,7 @@ def train(
     state, resumed = _start(config, data, state, checkpoint_path if resume else None)
     emit: Emit = callback if callback is not None else (lambda record: None)
     if resumed:  # told to the callback only: the history stays that of an unbroken run
-        emit(ResumeRecord(update=state.update, epoch=state.epoch,
-                          examples_seen=state.examples_seen, time_elapsed=state.time_elapsed,
-                          time_sim=state.time_sim))
+        emit(_resume_record(state))
     checkpoints = _Checkpoints(checkpoint_path, keep=state.config.checkpoint_keep)
     # loop
     with contextlib.ExitStack() as stack:

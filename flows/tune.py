@@ -71,35 +71,26 @@ def tune(
     trial_attempts: int = 3,
     worker_wait: float = 600.0,
 ) -> list[dict[str, Any]]:
-    """Tune every cell's damping; return one summary per cell (best params, value, counts).
+    """Tune every cell's damping; return one summary per cell (best params, value, counts),
+    or raise ``GridIncomplete`` after the summary if any trial ended FAIL or interrupted.
 
     Args:
-        networks: cluster sizes (ranks); algorithms: damping algorithms (damptune.DAMPERS);
-            models: model names (``mlp``, ``cnn``, ``wrn16_4``).
-        trials: trials per cell in all (a rerun tops up to it); epochs: a trial's budget.
-        target_accuracy: the objective is the simulated time to reach this test accuracy:
-            one value, or one per model (default mlp 0.5, cnn 0.7, wrn16_4 0.9).
-        profile: network profile of the simulated time; mode: ``centralized`` or
-            ``decentralized`` data parallelism for the real training.
-        per_worker_batch: examples per rank; a cell's cap is ``network × per_worker_batch``.
-        run_dir: where studies, runs, checkpoints and summaries go (default ``runs/<grid>``);
-            storage: Optuna storage URL (default SQLite in the run directory); tracking_uri:
-            MLflow tracking URI (default ``$MLFLOW_TRACKING_URI``, else SQLite).
-        cluster: ``local``, a scheduler address, or a cluster YAML file (see infra/).
-        checkpoint_seconds: seconds of training between a trial's checkpoints (a kill loses at
-            most this much work); ``checkpoint_every`` adds a cadence in updates.
-        checkpoint_root: where trial checkpoints go: a path or any fsspec URL (``s3://…`` with
-            s3fs installed); default the run directory.
-        max_cluster_lifetime: e.g. ``"6h"``: trials checkpoint and stop, *interrupted*, before
-            the cluster reaches this age, counted from its scheduler's start (an existing
-            cluster may be older than the flow run); a rerun resumes them.
-        trial_attempts: tries of a trial that faults of the cluster interrupt (a lost worker,
-            a rank timeout), each from its checkpoint, before its cell stops with an error.
-        worker_wait: seconds a trial waits for the live workers it needs (a fault if not).
-
-    Raises:
-        GridIncomplete: after the summary is written, when trials ended FAIL, were left
-            interrupted, or cells stopped: the flow run is then Failed (see the README).
+        networks: cluster sizes (ranks); algorithms: damptune.DAMPERS names; models: ``mlp``,
+            ``cnn``, ``wrn16_4``; trials: per cell in all; epochs: a trial's budget.
+        target_accuracy: the objective is the simulated time to reach this test accuracy
+            (one value, or one per model); profile: network profile of the simulated time.
+        mode: ``centralized`` or ``decentralized``; per_worker_batch: examples per rank.
+        run_dir: studies, runs, checkpoints, summaries (default ``runs/<grid>``); storage,
+            tracking_uri: Optuna and MLflow URIs (default SQLite in run_dir; MLflow's is
+            ``$MLFLOW_TRACKING_URI`` if set); cluster: ``local``, a scheduler address, or a
+            cluster YAML file (see infra/).
+        checkpoint_seconds: seconds of training between a trial's checkpoints;
+            checkpoint_every: updates between them (0: by time only); checkpoint_root: a path
+            or fsspec URL (``s3://…`` with s3fs) for them (default the run directory).
+        max_cluster_lifetime: e.g. ``"6h"``: trials checkpoint and stop, *interrupted*,
+            before the cluster is this old (counted from its scheduler's start).
+        trial_attempts: tries of a trial interrupted by faults of the cluster; worker_wait:
+            seconds a trial waits for the live workers it needs.
     """
     settings, cells = _settings(dict(locals()))
     _prepare(settings, n_cells=len(cells))
