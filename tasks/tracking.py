@@ -97,11 +97,19 @@ def client_for(tracking_uri: str) -> MlflowClient:
         return _CLIENTS[tracking_uri]
 
 
+# MLflow 3's UI opens an experiment without this tag on its GenAI view (traces); with it, on
+# the training runs
+KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
+
+
 def experiment_id(client: MlflowClient, *, grid_name: str, artifact_root: str) -> str:
-    """The grid's experiment, created with an explicit artifact location."""
+    """The grid's experiment, created with an explicit artifact location and tagged as model
+    training (an experiment of an older version gets the tag when found)."""
     name = f"damptune-{grid_name}"
     exp = client.get_experiment_by_name(name)
     if exp is not None:
+        if KIND_TAG not in exp.tags:
+            client.set_experiment_tag(exp.experiment_id, KIND_TAG, KIND)
         return str(exp.experiment_id)
     uri = str(client.tracking_uri)
     if uri.startswith(("http://", "https://")):
@@ -110,7 +118,7 @@ def experiment_id(client: MlflowClient, *, grid_name: str, artifact_root: str) -
         location = os.path.abspath(os.path.join(artifact_root, name))
     try:
         return str(client.create_experiment(name, artifact_location=location,
-                                            tags={GRID_TAG: grid_name}))
+                                            tags={GRID_TAG: grid_name, KIND_TAG: KIND}))
     except MlflowException:  # created meanwhile by another cell
         exp = client.get_experiment_by_name(name)
         assert exp is not None
