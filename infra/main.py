@@ -107,7 +107,14 @@ def _mlflow_experiment_url(stack: Stack, grid_name: str) -> str | None:
             f"damptune-{grid_name}")
     except Exception:  # noqa: BLE001 - the address is a convenience
         return None
-    return None if exp is None else f"{stack.mlflow_uri}/#/experiments/{exp.experiment_id}/runs"
+    return None if exp is None else experiment_url(stack.mlflow_uri, exp.experiment_id)
+
+
+def experiment_url(mlflow_uri: str, experiment_id: str) -> str:
+    """The experiment's runs in MLflow's UI. MLflow 3.17 keeps a GenAI/model-training switch
+    per browser, GenAI (traces) by default; ``workflowType`` in the address selects model
+    training."""
+    return f"{mlflow_uri}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
 def _param_value(raw: str) -> Any:

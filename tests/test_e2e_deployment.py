@@ -20,7 +20,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from infra.main import wait_for_flow_run
+from infra.main import experiment_url, wait_for_flow_run
 from infra.stack import REPO_ROOT, free_port, running_stack
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -115,8 +115,12 @@ def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path):
         png = tmp_path / "mlflow-ui.png"
         profile = tmp_path / "chromium-profile"
         profile.mkdir()
-        # the experiment's runs table (MLflow 3 opens an experiment on its GenAI overview)
-        page = f"{stack.mlflow_uri}/#/experiments/{experiment['experiment_id']}/runs"
+        # the experiment's page at the address `make run` prints (infra.main.experiment_url):
+        # MLflow 3.17 keeps its GenAI/model-training switch per browser, GenAI by default; the
+        # address selects model training, and the experiment is tagged as model training
+        assert {t["key"]: t["value"] for t in experiment.get("tags", [])}.get(
+            "mlflow.experimentKind") == "custom_model_development", experiment
+        page = experiment_url(stack.mlflow_uri, experiment["experiment_id"])
         shot = _screenshot(page, png, profile)
     assert png.is_file(), f"chromium exited {shot.returncode}:\n{shot.stderr[-3000:]}"
     assert png.stat().st_size > 10_000, png.stat().st_size
