@@ -6,8 +6,14 @@ gradient sum over its share of the global batch and the group all-reduces one fl
 (gradients, loss sum and a flush flag). The driver runs the loop in *segments*: each Dask task
 runs updates until a boundary (evaluation, checkpoint, change of P, end, or rank 0's flush
 timer), and returns rank 0's records, so the driver sees progress without a round trip per
-update. A change of P re-forms the group from rank 0's checkpoint, the same way a resumed run
-starts.
+update.
+
+The group is formed once per run with ``max_workers`` ranks. A smaller P trains on the
+subgroup of ranks 0..P-1 (``torch.distributed.new_group``, created once per P in use, by every
+rank); ranks outside it get no task and sleep in their Dask worker. A change of P costs one
+round trip: every active rank restores rank 0's state at the boundary (as a re-formed group
+did, so results are unchanged) and switches to the subgroup. The group is re-formed only to
+recover from a lost worker.
 """
 
 from __future__ import annotations
@@ -58,9 +64,10 @@ class RankOps:
 
     def __init__(
         self, model: torch.nn.Module, data: TrainData, rank: int, world: int,
-        checkpoint_seconds: float | None = None,
+        checkpoint_seconds: float | None = None, group: Any = None,
     ) -> None:
         self.model, self.data, self.rank, self.world_size = model, data, rank, world
+        self.group = group  # the active subgroup (None: the whole group)
         self.segment_start = time.perf_counter()
         self.checkpoint_seconds = checkpoint_seconds
         self.checkpoint_clock = time.monotonic()
@@ -77,7 +84,7 @@ class RankOps:
 
     def _all_reduce(self, values: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
-            dist.all_reduce(values, op=dist.ReduceOp.SUM)
+            dist.all_reduce(values, op=dist.ReduceOp.SUM, group=self.group)
         return values
 
     def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, int]:
@@ -140,8 +147,10 @@ def rank_setup(
     config: TrainConfig,
     data: TrainData,
     ckpt: dict[str, Any],
+    active: int,
 ) -> int:
-    """Join the group and build this rank's state from the driver's checkpoint dict."""
+    """Join the group of ``world`` ranks, build this rank's state from the driver's
+    checkpoint dict, and train on the first ``active`` ranks."""
     reg = registry(group_key)
     timeout = datetime.timedelta(seconds=config.timeout)
     if dist.is_initialized():  # a group left behind by a driver that died: not ours any more
@@ -156,9 +165,34 @@ def rank_setup(
     )
     state = TrainState(config, device=device)
     state.restore(ckpt)
-    reg["state"] = state
+    reg["state"], reg["world"], reg["groups"] = state, world, {}
     reg["ops"] = RankOps(state.model, data.to(device), rank, world, config.checkpoint_seconds)
+    _activate(reg, active, create=True)
     return rank
+
+
+def _activate(reg: dict[str, Any], active: int, *, create: bool) -> None:
+    """Train on ranks 0..active-1 from now on. ``create``: make that subgroup first (every
+    rank of the group calls this, in the same order, as ``new_group`` requires; a subgroup
+    made by its members alone hung at 16 ranks, gloo, torch 2.13)."""
+    groups: dict[int, Any] = reg["groups"]
+    if create and active not in groups:
+        groups[active] = (dist.new_group(ranks=list(range(active)))
+                          if 1 < active < reg["world"] else None)
+    ops: RankOps = reg["ops"]
+    ops.world_size, ops.group = active, groups.get(active)
+
+
+def rank_resize(group_key: str, active: int, ckpt: dict[str, Any] | None, create: bool) -> int:
+    """A change of P: create the subgroup if asked (all ranks), then, on the ranks that train
+    next, restore rank 0's state at the boundary and train on the subgroup."""
+    reg = registry(group_key)
+    if create:
+        _activate(reg, active, create=True)
+    if ckpt is not None:
+        reg["state"].restore(ckpt)
+        _activate(reg, active, create=False)
+    return active
 
 
 def rank_advance(group_key: str) -> tuple[str, list[dict[str, Any]], dict[str, Any] | None]:
@@ -194,6 +228,7 @@ def rank_teardown(group_key: str) -> None:
 
 
 # -- on the driver -------------------------------------------------------------------------
+
 class DecentralizedRunner:
     """Drives segments on a group of ranks and re-forms the group when P changes."""
 
@@ -210,7 +245,9 @@ class DecentralizedRunner:
         self.client, self.config, self.data, self.data_future = client, config, data, data_future
         self.group = group
         self.group_key: str | None = None
-        self.ranks: list[str] = []
+        self.ranks: list[str] = []  # the group's workers (max_workers of them)
+        self.active = 0  # ranks 0..active-1 train now
+        self.subgroups: set[int] = set()  # sizes whose subgroup exists on every rank
         self.synced = True
         self.synced_len = 0  # history records the last synced state covers
         self.recoveries = 0
@@ -223,23 +260,38 @@ class DecentralizedRunner:
             fn, *args, workers=[self.ranks[rank]], allow_other_workers=False, pure=False
         )
 
-    def form(self, state: TrainState, world: int) -> None:
-        """Start a group of ``world`` ranks from the state's checkpoint."""
+    def form(self, state: TrainState, active: int) -> None:
+        """Start a group of ``max_workers`` ranks from the state's checkpoint, training on
+        the first ``active``."""
         self.teardown()
         self.group_key = f"group-{uuid.uuid4().hex[:12]}"
+        world = self.config.max_workers
         self.ranks = self.group.addresses[:world]
-        ckpt = state.checkpoint()
-        del ckpt["history"]
+        ckpt = _rank_checkpoint(state)
         (host, port), = self._wait(
             [self._submit(0, open_store, self.group_key, self.config.timeout)], "rendezvous"
         )
         futures = [
             self._submit(r, rank_setup, self.group_key, r, world, host, port, self.config,
-                         self.data_future, ckpt)
+                         self.data_future, ckpt, active)
             for r in range(world)
         ]
         self._wait(futures, f"forming a group of {world} ranks")
+        self.active, self.subgroups = active, {active}
         self.synced, self.synced_len = True, len(state.history)
+
+    def resize(self, state: TrainState, active: int) -> None:
+        """Train on ranks 0..active-1 from the driver's (synced) state: one round trip; the
+        first use of a size also creates its subgroup, on every rank."""
+        self.sync(state)
+        ckpt = _rank_checkpoint(state)
+        create = active not in self.subgroups
+        targets = range(len(self.ranks)) if create else range(active)
+        self._wait([self._submit(r, rank_resize, self.group_key, active,
+                                 ckpt if r < active else None, create) for r in targets],
+                   f"switching to {active} ranks")
+        self.active = active
+        self.subgroups.add(active)
 
     def world_for(self, state: TrainState) -> int:
         """The group size the next update needs (a guess if it is not planned yet)."""
@@ -257,8 +309,10 @@ class DecentralizedRunner:
             try:
                 if self.group_key is None:
                     self.form(state, self.world_for(state))
+                elif self.active != self.world_for(state):
+                    self.resize(state, self.world_for(state))
                 futures = [self._submit(r, rank_advance, self.group_key)
-                           for r in range(len(self.ranks))]
+                           for r in range(self.active)]
                 self.synced = False
                 results = self._wait(futures, "training segment")
             except (DamptuneError, TypeError, ValueError) as exc:
@@ -281,8 +335,7 @@ class DecentralizedRunner:
                 state.history.extend(records)
             for record in records:
                 emit(record_from_dict(record))
-            if reason == RESIZE:
-                self.form(state, self.world_for(state))
+            if reason == RESIZE:  # the next turn switches to the subgroup it needs
                 continue
             return reason
 
@@ -305,7 +358,7 @@ class DecentralizedRunner:
         try:
             self.teardown(timeout=10.0)
         except Exception:  # noqa: BLE001 - the dead rank cannot answer
-            self.group_key, self.ranks = None, []
+            self.group_key, self.ranks, self.active, self.subgroups = None, [], 0, set()
         del state.history[self.synced_len:]
         self.group.replace(set(), need=self.config.max_workers, timeout=self.config.timeout)
         self.data_future = scatter_data(self.client, self.data)  # again if its holders died
@@ -317,7 +370,7 @@ class DecentralizedRunner:
         try:
             gather_within(futures, timeout=timeout or self.config.timeout, what="teardown")
         finally:
-            self.group_key, self.ranks = None, []
+            self.group_key, self.ranks, self.active, self.subgroups = None, [], 0, set()
 
     def close(self, state: TrainState) -> None:
         try:

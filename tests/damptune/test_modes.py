@@ -1,8 +1,11 @@
 """The three modes compute the same math: a single-process run is the oracle."""
 
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
+from distributed import Client, WorkerPlugin
 
 from damptune import TrainConfig, TrainData, train
 
@@ -55,13 +58,37 @@ def test_modes_match_single_process_reference(reference, blobs, scheduler, mode,
     assert accs == ref_accs
 
 
+class TasksPerKind(WorkerPlugin):
+    """Counts the tasks each worker finished, by function name (the key's prefix)."""
+
+    name = "tasks-per-kind"
+
+    def setup(self, worker):
+        self.counts = Counter()
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "memory" and isinstance(key, str):
+            self.counts[key.split("-", 1)[0]] += 1
+
+
 def test_ranks_follow_batch_size(blobs, scheduler):
-    """P = clip(ceil(B / per_worker_batch), min_workers, max_workers), re-formed as B grows."""
+    """P = clip(ceil(B / per_worker_batch), min_workers, max_workers): the group of 4 ranks is
+    formed once, and P = 1, 2, 4 train on its subgroups (a change of P is one round trip)."""
     X, y, Xt, yt = blobs
     cfg = config("decentralized", 4, min_workers=1, per_worker_batch=16, max_epochs=4)
-    state = train(cfg, TrainData.from_arrays(X, y, Xt, yt), cluster=scheduler)
+    with Client(scheduler, timeout="10s") as client:
+        client.register_plugin(TasksPerKind())
+        try:
+            state = train(cfg, TrainData.from_arrays(X, y, Xt, yt), cluster=scheduler)
+            counts = sum(client.run(lambda dask_worker: dask_worker.plugins[
+                "tasks-per-kind"].counts).values(), Counter())
+        finally:
+            client.unregister_worker_plugin("tasks-per-kind")
     pairs = {(r["batch_size"], r["n_workers"]) for r in state.history if r["kind"] == "update"}
     assert pairs == {(16, 1), (32, 2), (64, 4), (128, 4)}
+    assert counts["rank_setup"] == 4, counts  # one group of max_workers ranks, formed once
+    # 1 -> 2: subgroup {0, 1} created on all 4 ranks; 2 -> 4: the whole group, on ranks 0..3
+    assert counts["rank_resize"] == 4 + 4, counts
     np.testing.assert_allclose(
         losses(state),
         losses(train(config("local", 1, per_worker_batch=16, max_epochs=4),
