@@ -18,6 +18,7 @@ recover from a lost worker.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import time
@@ -64,10 +65,10 @@ class RankOps:
 
     def __init__(
         self, model: torch.nn.Module, data: TrainData, rank: int, world: int,
-        checkpoint_seconds: float | None = None, group: Any = None,
+        checkpoint_seconds: float | None = None,
     ) -> None:
         self.model, self.data, self.rank, self.world_size = model, data, rank, world
-        self.group = group  # the active subgroup (None: the whole group)
+        self.group: Any = None  # the active subgroup (None: the whole group)
         self.segment_start = time.perf_counter()
         self.checkpoint_seconds = checkpoint_seconds
         self.checkpoint_clock = time.monotonic()
@@ -187,11 +188,9 @@ def rank_resize(group_key: str, active: int, ckpt: dict[str, Any] | None, create
     """A change of P: create the subgroup if asked (all ranks), then, on the ranks that train
     next, restore rank 0's state at the boundary and train on the subgroup."""
     reg = registry(group_key)
-    if create:
-        _activate(reg, active, create=True)
     if ckpt is not None:
         reg["state"].restore(ckpt)
-        _activate(reg, active, create=False)
+    _activate(reg, active, create=create)
     return active
 
 
@@ -228,7 +227,6 @@ def rank_teardown(group_key: str) -> None:
 
 
 # -- on the driver -------------------------------------------------------------------------
-
 class DecentralizedRunner:
     """Drives segments on a group of ranks and re-forms the group when P changes."""
 
@@ -355,10 +353,8 @@ class DecentralizedRunner:
         if self.recoveries > MAX_RECOVERIES:
             raise ClusterError(f"ranks failed {self.recoveries} times; last: {exc!r}") from exc
         log.warning("lost a rank (%r); re-forming the group from update %d", exc, state.update)
-        try:
+        with contextlib.suppress(Exception):  # the dead rank cannot answer; teardown resets
             self.teardown(timeout=10.0)
-        except Exception:  # noqa: BLE001 - the dead rank cannot answer
-            self.group_key, self.ranks, self.active, self.subgroups = None, [], 0, set()
         del state.history[self.synced_len:]
         self.group.replace(set(), need=self.config.max_workers, timeout=self.config.timeout)
         self.data_future = scatter_data(self.client, self.data)  # again if its holders died

@@ -74,8 +74,11 @@ class WorkerPool:
         """The workers the scheduler knows now (sorted), less those given notice or seen
         failing in the last ``EXCLUDED_SECONDS`` (the scheduler may list a dead worker for a
         while). Asks the scheduler: never call it holding ``_cond``."""
+        return self._usable(worker_addresses(self.client))
+
+    def _usable(self, workers: list[str]) -> list[str]:
         now = time.monotonic()
-        return [w for w in worker_addresses(self.client) if self._excluded.get(w, 0.0) <= now]
+        return [w for w in workers if self._excluded.get(w, 0.0) <= now]
 
     @property
     def size(self) -> int:
@@ -89,11 +92,10 @@ class WorkerPool:
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         while True:
-            live = self.live()  # outside the lock: see _on_event
-            with self._cond:
-                now = time.monotonic()
-                free = sorted(w for w in set(live) - self._held
-                              if self._excluded.get(w, 0.0) <= now)
+            known = worker_addresses(self.client)  # outside the lock: see _on_event
+            with self._cond:  # exclusions made meanwhile count too
+                now, live = time.monotonic(), self._usable(known)
+                free = sorted(set(live) - self._held)
                 if len(free) >= need:
                     taken = free[:n]
                     self._held.update(taken)
