@@ -1,6 +1,6 @@
 """Stop requests: a SIGTERM, a deadline (a cluster's lifetime), or the caller.
 
-Training checks :func:`requested` between updates (decentralized: between segments, about
+Training checks :func:`requested` between updates (distributed modes: between segments, about
 every second); it then checkpoints and returns *interrupted*, which is not a failure: a rerun
 continues from that checkpoint.
 

@@ -2,9 +2,11 @@
 
 It reads top to bottom: plan the update (damper → batch size, lr, ranks) → draw the batch →
 gradient on the ranks (``ops``) → optimizer step → record → evaluate / checkpoint boundary.
-``ops`` decides where gradients are computed: in this process (``local``), on Dask workers
-through the driver (``centralized``) or on ranks that all-reduce (``decentralized``, where this
-loop runs on every rank). All of them leave the *sum* of per-example gradients in ``.grad``.
+``ops`` decides where gradients are computed and who steps: this process (``local``), or the
+ranks on Dask workers (:mod:`damptune.ranks`, where this loop runs on every rank), which
+all-reduce and all step (``decentralized``) or reduce to a master that steps and broadcasts
+its weights (``centralized``). ``gradient`` leaves the *sum* of per-example gradients in
+``.grad``; ``step`` turns it into the mean and applies the optimizer.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from damptune.records import EvalRecord, Record, UpdateRecord
 from damptune.sampler import split_shares
 from damptune.state import TrainData, TrainState
 
-__all__ = ["Ops", "LocalOps", "advance", "shard_forward", "shard_evaluate", "Emit"]
+__all__ = ["Ops", "LocalOps", "StepHere", "advance", "optimizer_step", "shard_forward",
+           "shard_evaluate", "Emit"]
 
 Emit = Callable[[Record], None]
 # Why `advance` returned: training is over, or a boundary where the driver must act.
@@ -39,11 +42,17 @@ class Ops(Protocol):
 
     @property
     def world_size(self) -> int | None:
-        """Fixed number of ranks (decentralized), None if any P works."""
+        """The number of ranks P these ops train on now (ranks), None if any P works."""
         ...
 
     def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, int]:
         """Sum-of-gradients into ``.grad``; returns (loss sum, compute s, comm s, flag)."""
+        ...
+
+    def step(self, optimizer: torch.optim.Optimizer, *, lr: float, batch_size: int,
+             loss_sum: float, flag: int) -> tuple[float, float, int, float]:
+        """Apply the update; (loss sum, squared gradient norm, flag, comm seconds) as every
+        rank must see them."""
         ...
 
     def loss(self, shares: list[np.ndarray]) -> float:
@@ -91,7 +100,28 @@ def shard_evaluate(
     return loss_sum, correct
 
 
-class LocalOps:
+def optimizer_step(optimizer: torch.optim.Optimizer, *, lr: float, batch_size: int) -> float:
+    """Gradient sums -> means over the batch, then one step at ``lr``; the squared norm of
+    the mean gradient."""
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"]
+             if p.grad is not None]
+    torch._foreach_div_(grads, float(batch_size))  # sum -> mean over the batch
+    grad_sq = float(torch.stack(torch._foreach_norm(grads)).square().sum())
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    return grad_sq
+
+
+class StepHere:
+    """The optimizer steps in this process, on the gradients ``gradient`` left."""
+
+    def step(self, optimizer: torch.optim.Optimizer, *, lr: float, batch_size: int,
+             loss_sum: float, flag: int) -> tuple[float, float, int, float]:
+        return loss_sum, optimizer_step(optimizer, lr=lr, batch_size=batch_size), flag, 0.0
+
+
+class LocalOps(StepHere):
     """Everything in this process: the single-process reference the other modes must match."""
 
     world_size = None
@@ -133,8 +163,8 @@ def advance(
 ) -> str:
     """Run updates until training ends or a boundary the driver must handle; return why.
 
-    ``should_stop`` is asked after every update (local and centralized modes; decentralized
-    ranks are stopped by the driver between segments).
+    ``should_stop`` is asked after every update (``local`` mode; the ranks of the other
+    modes are stopped by the driver between segments).
     """
     cfg = state.config
     subset = train_loss_subset(state)
@@ -180,12 +210,10 @@ def apply_update(state: TrainState, ops: Ops, step: Step, *, n_ranks: int, cost:
     t0 = time.perf_counter()
     indices = state.sampler.take(step.batch_size)
     loss_sum, t_compute, t_comm, flag = ops.gradient(split_shares(indices, n_ranks))
-    grads = [p.grad for p in state.model.parameters() if p.grad is not None]
-    torch._foreach_div_(grads, float(step.batch_size))  # sum -> mean over the batch
-    grad_sq = float(torch.stack(torch._foreach_norm(grads)).square().sum())
-    for group in state.optimizer.param_groups:
-        group["lr"] = step.lr
-    state.optimizer.step()
+    loss_sum, grad_sq, flag, t_sync = ops.step(state.optimizer, lr=step.lr,
+                                               batch_size=step.batch_size, loss_sum=loss_sum,
+                                               flag=flag)
+    t_comm += t_sync
     t_update = time.perf_counter() - t0
 
     state.pending_step = None
@@ -221,7 +249,7 @@ def _boundary(state: TrainState, ops: Ops, *, flag: int, n_ranks: int, emit: Emi
             return FLUSH  # let the driver see the evaluation (pruning) now
     if cfg.checkpoint_every and state.update % cfg.checkpoint_every == 0:
         return CHECKPOINT
-    if flag == FLAG_CHECKPOINT or (  # decentralized: rank 0's clock, in the all-reduce
+    if flag == FLAG_CHECKPOINT or (  # ranks: rank 0's clock, in the exchange
         ops.world_size is None and cfg.checkpoint_seconds
         and time.monotonic() - state.checkpoint_clock >= cfg.checkpoint_seconds
     ):

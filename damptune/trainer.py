@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from damptune import interrupt
-from damptune.centralized import CentralizedOps
 from damptune.checkpoint import load_latest, save_checkpoint
 from damptune.cluster import (
     ClusterWorkers,
@@ -37,7 +36,6 @@ from damptune.cluster import (
     worker_addresses,
 )
 from damptune.config import TrainConfig
-from damptune.decentralized import DecentralizedRunner
 from damptune.errors import ClusterError, ConfigError, StopTraining
 from damptune.loop import (
     CHECKPOINT,
@@ -54,6 +52,7 @@ from damptune.loop import (
 from damptune.netmodel import calibrate_compute
 from damptune.preemption import PreemptionWatch
 from damptune.records import Record, ResumeRecord
+from damptune.segments import SegmentRunner
 from damptune.state import GLOBAL_RNG_LOCK, TrainData, TrainState, build_model, resolve_device
 
 __all__ = ["train", "calibrate", "Callback", "Runner"]
@@ -63,8 +62,8 @@ StopReason = Callable[[], str | None]
 
 
 class Runner(Protocol):
-    """Where the update loop runs: in this process (``local``, ``centralized``) or on the
-    ranks (``decentralized``). ``advance`` runs updates until a boundary and says why."""
+    """Where the update loop runs: in this process (``local``) or on the ranks (the
+    data-parallel modes). ``advance`` runs updates until a boundary and says why."""
 
     def advance(self, state: TrainState, emit: Emit,
                 should_stop: Callable[[], bool] | None = None) -> str:
@@ -81,7 +80,7 @@ class Runner(Protocol):
 
 
 class _OpsRunner:
-    """Runs the loop in this process with the given ops (local and centralized modes)."""
+    """Runs the loop in this process with the given ops (``local`` mode)."""
 
     def __init__(self, ops: Ops) -> None:
         self.ops = ops
@@ -94,9 +93,7 @@ class _OpsRunner:
         """The state is this process's already."""
 
     def close(self, state: TrainState) -> None:
-        close = getattr(self.ops, "close", None)
-        if close is not None:
-            close()
+        """Nothing to release."""
 
 
 def check_data(config: TrainConfig, data: TrainData) -> None:
@@ -300,14 +297,8 @@ def _open_runner(stack: contextlib.ExitStack, state: TrainState, data: TrainData
                            f"{scheduler_address(client)}")
     watch = PreemptionWatch(client)
     stack.callback(watch.close)
-    data_future = scatter_data(client, data)
-    if config.mode == "centralized":
-        runner: Runner = _OpsRunner(CentralizedOps(
-            client=client, model=state.model, config=config, data=data,
-            data_future=data_future, group=group))
-    else:
-        runner = DecentralizedRunner(client=client, config=config, data=data,
-                                     data_future=data_future, group=group)
+    runner = SegmentRunner(client=client, config=config, data=data,
+                           data_future=scatter_data(client, data), group=group)
     return runner, _Notices(watch, group)
 
 
@@ -342,10 +333,10 @@ def _run(state: TrainState, runner: Runner, emit: Emit, stop_reason: StopReason,
             while True:
                 reason = runner.advance(state, emit, should_stop=should_stop)
                 if reason == FLUSH and stop_reason() is not None:
-                    runner.sync(state)  # decentralized: the driver stops between segments
+                    runner.sync(state)  # ranks: the driver stops between segments
                     reason = INTERRUPTED
                 if reason == FLUSH and (state.preempted or notices.pending()):
-                    # decentralized: the ranks keep the checkpoint clock; save between segments
+                    # ranks keep the checkpoint clock; save between segments
                     runner.sync(state)
                     reason = CHECKPOINT
                 if reason == CHECKPOINT:

@@ -55,14 +55,14 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(blobs, tmp_path, caplo
 
 @pytest.mark.parametrize("mode", ["local", "centralized", "decentralized"])
 def test_interrupted_run_resumes_identically(blobs, scheduler, tmp_path, mode):
-    """The decentralized driver is asked between segments (evaluations, ~1 s), the others
+    """The driver of the ranks is asked between segments (evaluations, ~1 s), the local loop
     after every update."""
     data = data_of(blobs)
     kw = {**KW, "max_epochs": 6}
     whole = train(config(mode, 4, **kw), data, cluster=scheduler)
     path = str(tmp_path / "c.pt")
     calls = []
-    threshold = 2 if mode == "decentralized" else 9
+    threshold = 9 if mode == "local" else 2
 
     def stop_after_a_while():
         calls.append(1)
@@ -223,11 +223,9 @@ def test_sigterm_to_a_worker_checkpoints_retires_it_and_the_run_continues(
     terminator = terminator_at_update(address)
     survived = train(config(mode, 2, **kw), data, cluster=address, callback=watch_checkpoints,
                      checkpoint_path=ckpts)
-    (at, victim), = terminator.done
+    (_, victim), = terminator.done
     assert saved, "no checkpoint was written after the notice"
     assert saved[0] < whole.update  # the notice's checkpoint, not the final one
-    if mode == "centralized":  # the driver holds the state: it saves the one it has now
-        assert saved[0] >= at, (at, saved)
     with Client(address, timeout="10s") as client:
         workers = client.scheduler_info(n_workers=-1)["workers"]
     assert victim not in workers and len(workers) == 2  # retired, not restarted by its nanny

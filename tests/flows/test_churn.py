@@ -86,7 +86,7 @@ def test_a_grid_on_a_spec_cluster_from_yaml_survives_a_killed_worker(tmp_path, c
 
 
 class RanksPerWorker(WorkerPlugin):
-    """Counts the parameter-server ranks (actors) each worker started."""
+    """Counts the ranks each worker joined (``rank_setup`` tasks)."""
 
     name = "ranks-per-worker"
 
@@ -94,7 +94,7 @@ class RanksPerWorker(WorkerPlugin):
         self.ranks = 0
 
     def transition(self, key, start, finish, **kwargs):
-        if finish == "memory" and str(key).startswith("Rank-"):
+        if finish == "memory" and str(key).startswith("rank_setup-"):
             self.ranks += 1
 
 

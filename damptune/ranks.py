@@ -1,0 +1,283 @@
+"""The ranks of a distributed run: processes on Dask workers that run the update loop.
+
+Both data-parallel modes use them. The ``world`` ranks of a run form one ``torch.distributed``
+group (gloo on CPU, NCCL on GPU) once, and each runs the same update loop
+(:func:`damptune.loop.advance`) on its own copy of the state, in *segments*: a Dask task runs
+updates until a boundary the driver must see (evaluation, checkpoint, end, or rank 0's flush
+timer) and returns rank 0's records.
+
+An update of P ranks trains on the processes 0..procs-1, ``procs = min(P, world)`` (a process
+takes shares ``rank, rank + procs, ...`` when P is larger than the group), through the
+subgroup of those processes (``torch.distributed.new_group``, created once per size, by every
+rank). The others wait in a broadcast from rank 0 on the whole group, which blocks without
+spinning a core. A change of P happens inside the segment: rank 0 tells every rank the new P
+in that broadcast, with its state for the ranks that start training, and all switch subgroups;
+no round trip to the driver.
+
+Per update, the ranks exchange gradients over ``torch.distributed`` in one of two ways:
+
+- :class:`RankOps` (``decentralized``): one all-reduce of the flat gradient; every rank steps.
+- :class:`~damptune.paramserver.ServerOps` (``centralized``): a reduce of the gradients to
+  rank 0, the master, which alone applies the optimizer, then a broadcast of its weights.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from distributed import get_worker
+
+from damptune.config import TrainConfig, n_workers_for
+from damptune.loop import (
+    CHECKPOINT,
+    DONE,
+    FLAG_CHECKPOINT,
+    FLAG_FLUSH,
+    FLAG_NONE,
+    MAX_UPDATES,
+    RESIZE,
+    StepHere,
+    advance,
+    shard_evaluate,
+)
+from damptune.loop import shard_forward as _shard_forward
+from damptune.state import TrainData, TrainState, resolve_device
+from damptune.worker import forget, registry
+
+__all__ = ["RankOps", "open_store", "rank_setup", "rank_advance", "rank_checkpoint",
+           "rank_teardown", "SYNC_REASONS"]
+
+FLUSH_SECONDS = 1.0  # rank 0 ends a segment after this long, so progress reaches the driver
+SYNC_REASONS = (CHECKPOINT, DONE, MAX_UPDATES)  # rank 0 returns its state at these
+# seconds rank 0 of this process spent in recent changes of P (read by bench/resize_cost.py)
+RESIZE_SECONDS: collections.deque[float] = collections.deque(maxlen=1000)
+
+
+class RankOps(StepHere):
+    """Gradients on this rank's shares, summed over the training ranks by one all-reduce."""
+
+    def __init__(
+        self, model: torch.nn.Module, data: TrainData, rank: int, world: int,
+        checkpoint_seconds: float | None = None,
+    ) -> None:
+        self.model, self.data, self.rank, self.world = model, data, rank, world
+        self.world_size = 1  # P: the ranks of the update (shares of the batch)
+        self.procs = 1  # processes training now: min(P, world)
+        self.group: Any = None  # their subgroup (None: the whole group, or one process)
+        self.segment_start = time.perf_counter()
+        self.checkpoint_seconds = checkpoint_seconds
+        self.checkpoint_clock = time.monotonic()
+
+    def _mine(self, shares: list[np.ndarray]) -> np.ndarray:
+        if len(shares) == self.procs:
+            return shares[self.rank]
+        return np.concatenate(shares[self.rank :: self.procs])
+
+    def _flag(self, now: float) -> int:
+        """Rank 0's decision (the others add 0): checkpoint due, segment long enough, none."""
+        if self.rank != 0:
+            return FLAG_NONE
+        if self.checkpoint_seconds and time.monotonic() - self.checkpoint_clock >= (
+            self.checkpoint_seconds
+        ):
+            return FLAG_CHECKPOINT
+        return FLAG_FLUSH if now - self.segment_start > FLUSH_SECONDS else FLAG_NONE
+
+    def _all_reduce(self, values: torch.Tensor) -> torch.Tensor:
+        if self.procs > 1:
+            dist.all_reduce(values, op=dist.ReduceOp.SUM, group=self.group)
+        return values
+
+    def _forward(self, shares: list[np.ndarray]) -> tuple[float, float, int]:
+        """(loss sum of this rank's shares with its gradient in ``.grad``, seconds, flag)."""
+        t0 = time.perf_counter()
+        loss = _shard_forward(self.model, self.data.X, self.data.y, self._mine(shares),
+                              grad=True)
+        t1 = time.perf_counter()
+        return loss, t1 - t0, self._flag(t1)
+
+    def _flat(self, loss: float, flag: int) -> torch.Tensor:
+        """The gradients, the loss sum and the flag in one buffer."""
+        params = list(self.model.parameters())
+        tail = torch.tensor([loss, float(flag)], dtype=params[0].dtype, device=params[0].device)
+        return torch.cat([p.grad.reshape(-1) for p in params] + [tail])  # type: ignore[union-attr]
+
+    def _unflat(self, flat: torch.Tensor) -> tuple[float, int]:
+        """Gradients from the buffer into ``.grad``; (loss sum, flag sum)."""
+        offset = 0
+        for p in self.model.parameters():
+            n = p.numel()
+            p.grad.copy_(flat[offset : offset + n].view_as(p))  # type: ignore[union-attr]
+            offset += n
+        loss_total, flag_sum = flat[offset:].tolist()
+        return loss_total, int(round(flag_sum))
+
+    def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, int]:
+        loss, t_compute, flag = self._forward(shares)
+        if self.procs == 1:  # nothing to exchange
+            return loss, t_compute, 0.0, flag
+        t1 = time.perf_counter()
+        flat = self._all_reduce(self._flat(loss, flag))
+        loss_total, flag_sum = self._unflat(flat)
+        return loss_total, t_compute, time.perf_counter() - t1, flag_sum
+
+    def loss(self, shares: list[np.ndarray]) -> float:
+        loss = _shard_forward(self.model, self.data.X, self.data.y, self._mine(shares),
+                              grad=False)
+        device = next(self.model.parameters()).device
+        return float(self._all_reduce(torch.tensor([loss], dtype=torch.float64, device=device)))
+
+    def evaluate(self, n_ranks: int) -> tuple[float, int, int]:
+        X, y = self.data.X_test, self.data.y_test
+        if X is None or y is None:
+            return float("nan"), 0, 0
+        idx = np.array_split(np.arange(len(y)), self.procs)[self.rank]
+        loss, correct = shard_evaluate(self.model, X, y, idx)
+        device = next(self.model.parameters()).device
+        out = self._all_reduce(torch.tensor([loss, correct], dtype=torch.float64, device=device))
+        return float(out[0]), int(round(float(out[1]))), len(y)
+
+
+def _host(address: str) -> str:
+    return address.split("://")[-1].rsplit(":", 1)[0].strip("[]")
+
+
+def open_store(group_key: str, timeout: float) -> tuple[str, int]:
+    """On rank 0's worker: start the rendezvous store on a free port; return (host, port)."""
+    host = _host(get_worker().address)
+    store = dist.TCPStore(
+        host, 0, is_master=True, wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=timeout),
+    )
+    registry(group_key)["store"] = store
+    return host, store.port
+
+
+def _ops_class(config: TrainConfig) -> type[RankOps]:
+    if config.mode == "centralized":
+        from damptune.paramserver import ServerOps
+
+        return ServerOps
+    return RankOps
+
+
+def rank_setup(
+    group_key: str,
+    rank: int,
+    world: int,
+    host: str,
+    port: int,
+    config: TrainConfig,
+    data: TrainData,
+    ckpt: dict[str, Any],
+    n_ranks: int,
+) -> int:
+    """Join the group of ``world`` ranks, build this rank's state from the driver's
+    checkpoint dict, and train the next updates on ``n_ranks`` ranks."""
+    reg = registry(group_key)
+    timeout = datetime.timedelta(seconds=config.timeout)
+    if dist.is_initialized():  # a group left behind by a driver that died: not ours any more
+        dist.destroy_process_group()
+    store = reg.get("store") or dist.TCPStore(host, port, is_master=False, timeout=timeout)
+    device = resolve_device(config, local_rank=rank)  # one GPU per rank (cuda:rank % count)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(
+        config.backend, store=dist.PrefixStore(group_key, store), rank=rank, world_size=world,
+        timeout=timeout,
+    )
+    state = TrainState(config, device=device)
+    state.restore(ckpt)
+    reg["state"], reg["groups"] = state, {}
+    reg["ops"] = _ops_class(config)(state.model, data.to(device), rank, world,
+                                    config.checkpoint_seconds)
+    _activate(reg, n_ranks)
+    return rank
+
+
+def _activate(reg: dict[str, Any], n_ranks: int) -> None:
+    """Train on ``n_ranks`` ranks from now on, on processes 0..min(n_ranks, world)-1. Every
+    rank of the group calls this, in the same order, as ``new_group`` requires (a subgroup
+    made by its members alone hung at 16 ranks, gloo, torch 2.13)."""
+    ops: RankOps = reg["ops"]
+    groups: dict[int, Any] = reg["groups"]
+    procs = min(n_ranks, ops.world)
+    if procs not in groups:
+        groups[procs] = (dist.new_group(ranks=list(range(procs)))
+                         if 1 < procs < ops.world else None)
+    ops.world_size, ops.procs, ops.group = n_ranks, procs, groups[procs]
+
+
+def _control(reg: dict[str, Any], reason: str | None) -> str:
+    """Every rank of the group: rank 0 says why the training ranks stopped. On a change of P
+    it sends the new P, and its state for the ranks that start training (they restore it, as
+    every rank of a newly formed group would); all switch to the new subgroup."""
+    ops: RankOps = reg["ops"]
+    state: TrainState = reg["state"]
+    t0 = time.perf_counter()
+    message: list[Any] = [None]
+    if ops.rank == 0:
+        n_ranks = (n_workers_for(state.pending_step.batch_size, state.config)
+                   if reason == RESIZE and state.pending_step is not None else None)
+        grows = n_ranks is not None and min(n_ranks, ops.world) > ops.procs
+        message = [(reason, n_ranks, rank_checkpoint_of(state) if grows else None)]
+    dist.broadcast_object_list(message, src=0)
+    reason, n_ranks, ckpt = message[0]
+    if reason == RESIZE:
+        if ckpt is not None and ops.procs <= ops.rank < min(n_ranks, ops.world):
+            state.restore(ckpt)
+        _activate(reg, n_ranks)
+        if ops.rank == 0:
+            RESIZE_SECONDS.append(time.perf_counter() - t0)
+    return str(reason)
+
+
+def _segment(reg: dict[str, Any]) -> str:
+    """Updates until a boundary the driver must see; changes of P are handled here."""
+    state: TrainState = reg["state"]
+    ops: RankOps = reg["ops"]
+    while True:
+        reason = (advance(state, ops, emit=lambda record: None)
+                  if ops.rank < ops.procs else None)
+        if ops.procs < ops.world or reason == RESIZE:  # same decision on every rank
+            reason = _control(reg, reason)
+        if reason != RESIZE:
+            return str(reason)
+
+
+def rank_advance(group_key: str) -> tuple[str, list[dict[str, Any]], dict[str, Any] | None]:
+    """Run a segment; rank 0 returns its records, and its state at a sync boundary."""
+    reg = registry(group_key)
+    state: TrainState = reg["state"]
+    ops: RankOps = reg["ops"]
+    ops.segment_start = time.perf_counter()
+    state.history = []
+    reason = _segment(reg)
+    if reason == CHECKPOINT:
+        ops.checkpoint_clock = time.monotonic()
+    if ops.rank != 0:
+        return reason, [], None
+    ckpt = rank_checkpoint_of(state) if reason in SYNC_REASONS else None
+    return reason, state.history, ckpt
+
+
+def rank_checkpoint(group_key: str) -> dict[str, Any]:
+    return rank_checkpoint_of(registry(group_key)["state"])
+
+
+def rank_checkpoint_of(state: TrainState) -> dict[str, Any]:
+    ckpt = state.checkpoint()
+    del ckpt["history"]  # the driver keeps the history
+    return ckpt
+
+
+def rank_teardown(group_key: str) -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    forget(group_key)
