@@ -31,10 +31,10 @@ and not in the model (see ``infra/netns.py``): tbf charges the Ethernet, IP and 
 at once (−70 kB / β per update); at P=2 with the 1.15 MB MLP they nearly cancel.
 
 What the model leaves out shows in a second table, from a probe that the benchmark installs in
-the worker processes (it wraps ``RankOps._all_reduce`` there, through ``client.run``): rank 0's
-``time_comm`` includes waiting for the slowest rank to finish its forward+backward and enter
-the all-reduce, and the model assumes all ranks enter together. The all-reduce after the last
-rank is ready is the part the model describes.
+the worker processes (it wraps ``damptune.ranks.RankOps._all_reduce`` there, through
+``client.run``): rank 0's ``time_comm`` includes waiting for the slowest rank to finish its
+forward+backward and enter the all-reduce, and the model assumes all ranks enter together.
+The all-reduce after the last rank is ready is the part the model describes.
 
 The host must not be the bottleneck: on a 2-core VM shared with other jobs, 400 Mbit/s
 (23 ms per all-reduce) came out between −7 % (load average 2) and −22 % (load average 4),
@@ -95,7 +95,7 @@ def _install_probe() -> None:
     """On a worker: record (rank, start, end) of every gradient all-reduce (perf_counter)."""
     import time as _time
 
-    import damptune.decentralized as dec
+    import damptune.ranks as dec
 
     if getattr(dec, "_bench_probe", None) is not None:
         dec._bench_probe.clear()
@@ -115,7 +115,7 @@ def _install_probe() -> None:
 
 
 def _read_probe() -> list[tuple[int, float, float]]:
-    import damptune.decentralized as dec
+    import damptune.ranks as dec
 
     log = list(getattr(dec, "_bench_probe", None) or [])
     if log:

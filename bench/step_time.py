@@ -6,9 +6,13 @@ per-update ``time_update`` records is reported, and the *amortized* time per upd
 (wall-clock difference between a long and a short run / extra updates), which also counts the
 Dask round trips between segments.
 
+A last column gives the cost of a change of P in each mode, in units of one update: a run whose
+geometric damping doubles the batch after one epoch, from B/2 on P/2 ranks to B on P
+(``bench/resizes.py`` measures it on the ranks).
+
 Run: ``python bench/step_time.py`` (``--help`` for sizes). Prints a table with ratios to DDP
-and a weak-scaling table (batch k·B on k·P ranks vs B on P). Goals: decentralized <= 1.10x DDP,
-centralized <= 2x DDP.
+and a weak-scaling table (batch k·B on k·P ranks vs B on P). Goals, median over P and both
+scalings: decentralized <= 1.10x DDP, centralized <= 1.5x DDP; a change of P <= 2 updates.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import resizes  # noqa: E402
 from damptune import TrainConfig, TrainData, train  # noqa: E402
 from damptune.cluster import local_cluster  # noqa: E402
 from models import load_dataset  # noqa: E402
@@ -110,6 +115,25 @@ def damptune_step_time(args, data, kwargs, mode, world, batch, scheduler):
     return median, amortized
 
 
+def change_cost(data, kwargs, mode, world, batch, scheduler) -> float:
+    """One change of P (world/2 -> world ranks, batch/2 -> batch), in updates."""
+    from distributed import Client
+
+    if world < 2:
+        return float("nan")
+    cfg = TrainConfig(
+        module=MODULE, module_kwargs=kwargs, optimizer_kwargs={"momentum": 0.9}, lr=0.01,
+        damper="geodamp", damper_kwargs={"initial": batch // 2, "factor": 2, "delay": 1},
+        max_batch_size=batch, per_worker_batch=max(1, batch // world), min_workers=1,
+        max_workers=world, max_epochs=1.5, eval_every=1e6, mode=mode,
+    )
+    with Client(scheduler, timeout="10s") as client:
+        resizes.clear(client)
+        state = train(cfg, data, cluster=scheduler)
+        costs = resizes.change_costs(state.history, resizes.control_seconds(client))
+    return statistics.median(costs) if costs else float("nan")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=512, help="MLP width")
@@ -137,31 +161,40 @@ def main(argv=None) -> int:
             for p in ranks:
                 batch = batch_of(p)
                 ddp = ddp_step_time(args, data, kwargs, p, batch)
-                dec = damptune_step_time(args, data, kwargs, "decentralized", p, batch,
-                                         cluster.scheduler_address)
-                cen = damptune_step_time(args, data, kwargs, "centralized", p, batch,
-                                         cluster.scheduler_address)
-                rows.append((label, p, batch, ddp, dec, cen))
+                address = cluster.scheduler_address
+                dec = damptune_step_time(args, data, kwargs, "decentralized", p, batch, address)
+                cen = damptune_step_time(args, data, kwargs, "centralized", p, batch, address)
+                resize = tuple(change_cost(data, kwargs, mode, p, batch, address)
+                               for mode in ("decentralized", "centralized"))
+                rows.append((label, p, batch, ddp, dec, cen, resize))
                 print(f"  measured {label} P={p} B={batch}", file=sys.stderr, flush=True)
     finally:
         cluster.close()
 
     print()
     print("| scaling | P | batch | DDP ms | decentral ms | ratio | amortized ratio |"
-          " central ms | ratio | amortized ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for label, p, batch, ddp, (dm, da), (cm, ca) in rows:
+          " central ms | ratio | amortized ratio | change of P, updates (dec; cen) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, p, batch, ddp, (dm, da), (cm, ca), (rd, rc) in rows:
         print(f"| {label} | {p} | {batch} | {ddp * 1e3:.2f} | {dm * 1e3:.2f} | {dm / ddp:.2f}x |"
-              f" {da / ddp:.2f}x | {cm * 1e3:.2f} | {cm / ddp:.2f}x | {ca / ddp:.2f}x |")
+              f" {da / ddp:.2f}x | {cm * 1e3:.2f} | {cm / ddp:.2f}x | {ca / ddp:.2f}x |"
+              f" {rd:.1f}; {rc:.1f} |")
     print()
     print("Weak scaling (step time at P / step time at P=1, batch grows with P; 1.00 = ideal):")
     weak = [r for r in rows if r[0] == "weak"]
     base = weak[0]
-    for _, p, batch, ddp, (dm, _da), (cm, _ca) in weak:
+    for _, p, batch, ddp, (dm, _da), (cm, _ca), _ in weak:
         print(f"  P={p} B={batch}: DDP {ddp / base[3]:.2f}  decentralized {dm / base[4][0]:.2f}"
               f"  centralized {cm / base[5][0]:.2f}")
     print()
-    print("Goals: decentralized <= 1.10x DDP, centralized <= 2x DDP (median step time).")
+    dec = statistics.median(r[4][0] / r[3] for r in rows)
+    cen = statistics.median(r[5][0] / r[3] for r in rows)
+    changes = [c for r in rows for c in r[6] if c == c]
+    change = statistics.median(changes) if changes else float("nan")
+    for name, value, goal in (("decentralized / DDP", dec, 1.10), ("centralized / DDP", cen, 1.5),
+                              ("change of P, updates", change, 2.0)):
+        verdict = "met" if value <= goal else "not met"
+        print(f"Goal: {name}, median {value:.2f} <= {goal}: {verdict}")
     return 0
 
 
