@@ -54,6 +54,12 @@ __all__ = ["RankOps", "open_store", "rank_setup", "rank_advance", "rank_checkpoi
            "rank_teardown", "SYNC_REASONS"]
 
 FLUSH_SECONDS = 1.0  # rank 0 ends a segment after this long, so progress reaches the driver
+# The longest a rank waits in one collective (at most the run's ``timeout``). A rank waits for
+# the slowest one's update, and a waiting rank for one segment (~FLUSH_SECONDS plus an update
+# and an evaluation). When a rank's worker is lost, the ranks still waiting for it (gloo sees
+# only the connections to the dead peer close) are freed by this timeout, and only then can
+# the driver re-form the group on their workers: it bounds the stall a lost worker causes.
+COLLECTIVE_SECONDS = 30.0
 SYNC_REASONS = (CHECKPOINT, DONE, MAX_UPDATES)  # rank 0 returns its state at these
 # seconds rank 0 of this process spent in recent changes of P (read by bench/resize_cost.py)
 RESIZE_SECONDS: collections.deque[float] = collections.deque(maxlen=1000)
@@ -190,7 +196,7 @@ def rank_setup(
         torch.cuda.set_device(device)
     dist.init_process_group(
         config.backend, store=dist.PrefixStore(group_key, store), rank=rank, world_size=world,
-        timeout=timeout,
+        timeout=datetime.timedelta(seconds=min(config.timeout, COLLECTIVE_SECONDS)),
     )
     state = TrainState(config, device=device)
     state.restore(ckpt)
