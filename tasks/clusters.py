@@ -20,13 +20,14 @@ import importlib
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import yaml
 from distributed import Client
 
-from damptune import ClusterError, ConfigError, membership
+from damptune import ClusterError, ConfigError, claims, membership
 from damptune.cluster import local_cluster, scheduler_address, worker_addresses
 from damptune.preemption import TOPIC, PreemptionPlugin
 
@@ -39,14 +40,20 @@ class WorkerPool:
     """Gang allocation of the live cluster's workers among concurrent trials.
 
     Membership is the scheduler's: a trial is given workers from the scheduler's worker list
-    at the time it asks, less those other trials hold. Workers that leave are never handed out
-    again; workers that join (replacements, a ``scale()``d or adaptive cluster) are. The
-    scheduler's add/remove-worker events wake trials waiting for workers.
+    at the time it asks, less those other trials hold, in this run or in any other run that
+    shares the scheduler (:mod:`damptune.claims`: every worker a trial holds is claimed on the
+    scheduler, all or nothing). Workers that leave are never handed out again; workers that
+    join (replacements, a ``scale()``d or adaptive cluster) are. The scheduler's
+    add/remove-worker events, and other runs' releases, wake trials waiting for workers.
     """
 
     def __init__(self, client: Client, *, timeout: float = 600.0) -> None:
         self.client, self.address, self.timeout = client, scheduler_address(client), timeout
+        self.owner = f"pool-{uuid.uuid4().hex[:12]}"  # this run's name in the scheduler's claims
         self._held: set[str] = set()
+        # one claim on the scheduler at a time per pool: a worker is never granted to two of
+        # this pool's trials (the scheduler sees one owner for all of them)
+        self._claiming = threading.Lock()
         # given notice, or seen failing by a trial: address -> until when (time.monotonic) it
         # is handed out no more; the scheduler may list a dead worker for a while
         self._excluded: dict[str, float] = {}
@@ -56,7 +63,8 @@ class WorkerPool:
         client.subscribe_topic(TOPIC, self._on_preemption)
 
     # The two handlers below run on the client's event loop. They take ``_cond`` briefly, so
-    # no code may call the client (a call that needs that loop) while holding ``_cond``.
+    # no code may call the client (a call that needs that loop) while holding ``_cond``;
+    # ``_claiming`` may be held across a call (the handlers never take it).
 
     def _on_event(self, event: Any) -> None:
         with self._cond:
@@ -86,33 +94,59 @@ class WorkerPool:
 
     def take(self, n: int, *, at_least: int | None = None, timeout: float | None = None,
              have: int = 0) -> list[str]:
-        """Up to ``n`` free live workers (sorted), at least ``at_least`` (default ``n``):
-        waits up to ``timeout`` s, else ClusterError naming the cluster and the counts."""
+        """Up to ``n`` free live workers (sorted), at least ``at_least`` (default ``n``),
+        claimed on the scheduler so no other run uses them: waits up to ``timeout`` s, else
+        ClusterError naming the cluster and the counts."""
         need = n if at_least is None else at_least
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         while True:
             known = worker_addresses(self.client)  # outside the lock: see _on_event
-            with self._cond:  # exclusions made meanwhile count too
-                now, live = time.monotonic(), self._usable(known)
-                free = sorted(set(live) - self._held)
-                if len(free) >= need:
-                    taken = free[:n]
-                    self._held.update(taken)
+            with self._claiming:
+                with self._cond:  # exclusions made meanwhile count too
+                    free = sorted(set(self._usable(known)) - self._held)
+                taken = self._claim(free, n, need) if len(free) >= need else None
+                if taken is not None:
+                    with self._cond:
+                        self._held.update(taken)
                     return taken
-                if deadline <= now:
-                    raise ClusterError(
-                        f"the cluster at {self.address} has {len(live)} live worker(s), "
-                        f"{len(set(live) & self._held)} of them held by trials; a trial "
-                        f"holding {have} needs {need} more (waited {wait:g} s)")
+            if deadline <= time.monotonic():
+                raise self._wait_error(known, need=need, have=have, wait=wait)
+            with self._cond:  # membership events and releases wake it; 1 s at most
                 self.waiting += 1
-                try:  # membership events wake it; 1 s at most
-                    self._cond.wait(timeout=min(deadline - now, 1.0))
+                try:
+                    self._cond.wait(timeout=min(deadline - time.monotonic(), 1.0))
                 finally:
                     self.waiting -= 1
 
+    def _claim(self, free: list[str], n: int, need: int) -> list[str] | None:
+        """Claim up to ``n`` of ``free`` on the scheduler, at least ``need``; None if other
+        runs hold too many of them."""
+        if need <= 0 and not free:
+            return []
+        got: list[str] = self.client.run_on_scheduler(
+            claims.claim, owner=self.owner, client_id=self.client.id, candidates=free, n=n,
+            at_least=need)
+        return got if len(got) >= need else None
+
+    def _wait_error(self, known: list[str], *, need: int, have: int,
+                    wait: float) -> ClusterError:
+        live = self._usable(known)
+        others = set(self.client.run_on_scheduler(claims.claimed_by_others, owner=self.owner))
+        with self._cond:
+            ours = len(set(live) & self._held)
+        return ClusterError(
+            f"the cluster at {self.address} has {len(live)} live worker(s), {ours} of them "
+            f"held by this run's trials and {len(set(live) & others)} by other runs; a trial "
+            f"holding {have} needs {need} more (waited {wait:g} s)")
+
     def give_back(self, workers: list[str], *, lost: bool = False) -> None:
-        """Release ``workers``; ``lost``: a trial saw them fail, hand them out no more."""
+        """Release ``workers``; ``lost``: a trial saw them fail, hand them out no more. The
+        scheduler's claims go first: until then no trial of this pool can take them again."""
+        if workers:
+            with contextlib.suppress(Exception):  # a closed client's claims ended with it
+                self.client.run_on_scheduler(claims.release, owner=self.owner,
+                                             workers=list(workers))
         with self._cond:
             self._held.difference_update(workers)
             if lost:
@@ -190,6 +224,7 @@ def open_cluster(source: str, *, n_workers: int, local_directory: str,
     try:
         client.register_plugin(PreemptionPlugin())
         client.register_plugin(membership.MembershipPlugin())
+        client.register_plugin(claims.ClaimsPlugin())
         try:
             client.wait_for_workers(n_workers, timeout=wait_timeout)
         except TimeoutError as exc:

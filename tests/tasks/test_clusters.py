@@ -127,3 +127,32 @@ def test_trials_taking_workers_while_the_cluster_changes_never_hang(pool, cluste
         t.join(60)
     assert not any(t.is_alive() for t in threads), "a trial hung taking workers"
     assert errors == [] and all(n > 0 for n in rounds), (errors, rounds)
+
+
+def test_two_runs_sharing_a_scheduler_never_hold_the_same_worker(pool, cluster, tmp_path):
+    """Two flow runs (two pools, two clients) on one scheduler: a worker one run's trial holds
+    is never given to the other's; the other waits for it, and gets it when it is given back
+    or when the first run's client disconnects (a killed flow process)."""
+    with open_cluster(cluster.scheduler_address, n_workers=3, worker_wait=60.0,
+                      local_directory=str(tmp_path / "b")) as other:
+        with pool.acquire(2) as first:
+            with other.acquire(1) as second:  # the one worker the first run does not hold
+                assert set(second.addresses).isdisjoint(first.addresses)
+            with pytest.raises(ClusterError, match="2 by other runs"), other.acquire(2, timeout=1):
+                pass
+            got: list[list[str]] = []
+            t = threading.Thread(target=lambda: got.append(other.take(3, timeout=60)))
+            t.start()
+            wait_until(lambda: other.waiting == 1, "the other run to wait")
+        t.join(60)  # the first run gave its workers back: the other run gets all three
+        assert not t.is_alive() and len(got) == 1 and len(got[0]) == 3, got
+        other.give_back(got[0])
+        with open_cluster(cluster.scheduler_address, n_workers=3,
+                          local_directory=str(tmp_path / "c")) as doomed:
+            held = doomed.take(3)
+            assert len(held) == 3
+            with pytest.raises(ClusterError, match="3 by other runs"):
+                other.take(1, timeout=1)
+        # `doomed`'s client closed without giving its workers back: its claims ended with it
+        with other.acquire(3, timeout=30) as gang:
+            assert sorted(gang.addresses) == sorted(held)
