@@ -11,9 +11,16 @@ from damptune.dampers import Damper, get_damper
 from damptune.errors import ConfigError
 from damptune.imports import import_path, resolve
 from damptune.netmodel import CostModel, get_profile
-from damptune.validate import choice, non_negative_float, positive_float, positive_int
+from damptune.validate import (
+    choice,
+    non_negative_float,
+    number_in,
+    positive_float,
+    positive_int,
+)
 
-__all__ = ["TrainConfig", "MODES", "import_path", "resolve", "n_workers_for", "cap_for"]
+__all__ = ["TrainConfig", "MODES", "CALIBRATION_FIELDS", "import_path", "resolve",
+           "n_workers_for", "cap_for"]
 
 MODES = ("local", "centralized", "decentralized")
 # Fields that define the math of a run: a checkpoint written under other values cannot continue.
@@ -29,6 +36,11 @@ IDENTITY_FIELDS = (
     "seed",
     "n_train",
 )
+
+
+# One rank's measured compute (damptune.trainer.calibrate): kept per study and per checkpoint
+CALIBRATION_FIELDS = ("compute_fixed", "compute_per_example", "compute_forward_fixed",
+                      "compute_forward_per_example", "compute_norm")
 
 
 @dataclass
@@ -53,6 +65,16 @@ class TrainConfig:
     max_epochs: float = 10.0
     max_updates: int | None = None  # stop after this many updates in all (None: no limit)
     eval_every: float = 1.0  # epochs
+    # relative spacing of the evaluations that resolve the time to a target: evaluate after
+    # the update whose examples seen first reach (1 + eval_resolution) × those of the previous
+    # evaluation (0: only every eval_every epochs). 0.02 resolves it to within 2 %.
+    eval_resolution: float = 0.0
+    # with target_accuracy: evaluate after every update while the last evaluation was within
+    # this margin below the target (0: off), so a first crossing is found on its update
+    eval_dense_margin: float = 0.0
+    # stop training at the first evaluation whose test accuracy reaches this (None: never)
+    target_accuracy: float | None = None
+    max_time_sim: float | None = None  # stop once this many simulated seconds are spent
     checkpoint_every: int | None = None  # updates (None: only at the end)
     checkpoint_seconds: float | None = None  # seconds of training between checkpoints
     checkpoint_keep: int = 2  # generations kept (an unreadable newest one falls back)
@@ -66,7 +88,14 @@ class TrainConfig:
     profile: str = "decentralized-moderate"
     compute_per_example: float | None = None  # seconds per example on one rank (None: measure)
     compute_fixed: float | None = None  # seconds per update on one rank, besides the examples
-    overhead: float = 0.0  # seconds per update (optimizer step, framework)
+    # forward pass only (the damper's loss pass): seconds per example and per pass on one rank
+    # (measured with compute_per_example; None when that is given: a third of it)
+    compute_forward_per_example: float | None = None
+    compute_forward_fixed: float | None = None
+    compute_norm: float | None = None  # seconds of the gradient's squared norm (RadaDamp)
+    # orchestration overhead per update, fixed and per rank, in seconds (None: the profile's)
+    overhead: float | None = None
+    overhead_per_rank: float | None = None
     timeout: float = 120.0  # seconds any remote wait may take
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,13 +110,19 @@ class TrainConfig:
         return {k: getattr(self, k) for k in IDENTITY_FIELDS}
 
     def cost_model(self, n_params: int) -> CostModel:
-        """The cost model of this run's profile (compute must be calibrated or given)."""
+        """The cost model of this run's profile (compute must be calibrated or given), with
+        the overhead terms given here in place of the profile's."""
+        network = get_profile(self.profile).with_overhead(
+            None if self.overhead is None else self.overhead * 1e3,
+            None if self.overhead_per_rank is None else self.overhead_per_rank * 1e3)
         return CostModel(
-            network=get_profile(self.profile),
+            network=network,
             n_params=n_params,
             compute_per_example=self.compute_per_example or 0.0,
             compute_fixed=self.compute_fixed or 0.0,
-            overhead=self.overhead,
+            forward_per_example=self.compute_forward_per_example,
+            forward_fixed=self.compute_forward_fixed or 0.0,
+            compute_norm=self.compute_norm or 0.0,
         )
 
     def make_damper(self) -> Damper:
@@ -122,9 +157,18 @@ class TrainConfig:
         if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
             raise ConfigError("device", self.device, "'cpu', 'cuda', 'cuda:N' or 'auto'")
         get_profile(self.profile)
-        for name in ("compute_per_example", "compute_fixed", "overhead"):
+        for name in ("compute_per_example", "compute_fixed", "compute_forward_per_example",
+                     "compute_forward_fixed", "compute_norm", "overhead", "overhead_per_rank"):
             if getattr(self, name) is not None:
                 non_negative_float(name, getattr(self, name), "a non-negative number of seconds")
+        non_negative_float("eval_resolution", self.eval_resolution,
+                           "a fraction >= 0 (0.02: evaluations 2 % apart in examples seen)")
+        non_negative_float("eval_dense_margin", self.eval_dense_margin,
+                           "an accuracy margin >= 0 (0.05: every update within 5 points)")
+        if self.max_time_sim is not None:
+            positive_float("max_time_sim", self.max_time_sim, "a positive number of seconds")
+        if self.target_accuracy is not None:
+            number_in("target_accuracy", self.target_accuracy, 0, 1, "an accuracy in (0, 1]")
         choice("backend", self.backend, ("gloo", "nccl"))
 
 

@@ -107,6 +107,8 @@ class Damper(BaseEstimator):
 
     name: ClassVar[str] = ""
     lr_only: ClassVar[bool] = False
+    # the damper needs the squared norm of each update's gradient (charged in simulated time)
+    uses_grad_norm: ClassVar[bool] = False
     search_space: ClassVar[tuple[Param, ...]] = ()
 
     def __init__(self, *, initial: int = 32, dwell: int = 1) -> None:
@@ -306,6 +308,7 @@ class RadaDamp(Damper):
     """
 
     name = "radadamp"
+    uses_grad_norm = True
     search_space = (Param("rho", 0.5, 0.999, doc="EMA factor of loss and squared grad norm"),)
     max_ratio: ClassVar[float] = 1e6
 

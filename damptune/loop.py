@@ -2,6 +2,17 @@
 
 It reads top to bottom: plan the update (damper → batch size, lr, ranks) → draw the batch →
 gradient on the ranks (``ops``) → optimizer step → record → evaluate / checkpoint boundary.
+
+What is charged to an update, in measured (``time_update``, ``time_elapsed``) and simulated
+(``time_sim``) seconds: its gradient, exchange and step, and the damper's own work before it
+(AdaDamp's loss pass over its subset: ``damper_examples``, ``time_damper``; RadaDamp's
+gradient norm). Evaluation is measurement, not training: it is charged to neither clock.
+Evaluations come every ``eval_every`` epochs; with ``eval_resolution`` r > 0, whenever the
+examples seen have grown by the fraction r since the last one; and with ``eval_dense_margin``
+m > 0, after every update while the last evaluation was within m below ``target_accuracy``.
+Test accuracy is noisy (it can touch the target for one update and fall back), so a sparse
+grid alone finds a later crossing than an evaluation after every update would; near the
+target every update is evaluated, so the first crossing is found on its own update.
 ``ops`` decides where gradients are computed and who steps: this process (``local``), or the
 ranks on Dask workers (:mod:`damptune.ranks`, where this loop runs on every rank), which
 all-reduce and all step (``decentralized``) or reduce to a master that steps and broadcasts
@@ -27,12 +38,14 @@ from damptune.sampler import split_shares
 from damptune.state import TrainData, TrainState
 
 __all__ = ["Ops", "LocalOps", "StepHere", "advance", "optimizer_step", "shard_forward",
-           "shard_evaluate", "Emit"]
+           "shard_evaluate", "Emit", "TARGET", "MAX_TIME_SIM"]
 
 Emit = Callable[[Record], None]
 # Why `advance` returned: training is over, or a boundary where the driver must act.
 DONE, MAX_UPDATES, CHECKPOINT = "done", "max_updates", "checkpoint"
 RESIZE, FLUSH, INTERRUPTED = "resize", "flush", "interrupted"
+TARGET = "target"  # an evaluation reached config.target_accuracy: training is over
+MAX_TIME_SIM = "max_time_sim"  # config.max_time_sim simulated seconds are spent: over
 # flags a rank raises in the all-reduce (rank 0 decides; all ranks see the same sum)
 FLAG_NONE, FLAG_FLUSH, FLAG_CHECKPOINT = 0, 1, 2
 
@@ -171,9 +184,11 @@ def advance(
     cost = cfg.cost_model(state.n_params)
     while True:
         if state.finished():
-            return DONE
+            return TARGET if state.target_reached else DONE
         if cfg.max_updates is not None and state.update >= cfg.max_updates:
             return MAX_UPDATES
+        if cfg.max_time_sim is not None and state.time_sim >= cfg.max_time_sim:
+            return MAX_TIME_SIM
         step = plan(state, ops, subset)
         n_ranks = n_workers_for(step.batch_size, cfg)
         if ops.world_size is not None and n_ranks != ops.world_size:
@@ -195,12 +210,22 @@ def plan(state: TrainState, ops: Ops, subset: np.ndarray) -> Step:
             examples_seen=state.examples_seen,
             loss=state.last_loss,
             grad_sq_norm=state.last_grad_sq_norm,
-            train_loss=lambda: ops.loss(split_shares(subset, _ranks(ops))) / len(subset),
+            train_loss=lambda: _damper_loss(state, ops, subset),
         )
         state.pending_step = state.damper.step(
             progress, lr0=state.config.lr, max_batch_size=state.config.max_batch_size
         )
     return state.pending_step
+
+
+def _damper_loss(state: TrainState, ops: Ops, subset: np.ndarray) -> float:
+    """F(w) on the fixed training subset, computed across the ranks: the damper's own work,
+    charged to the update it plans (its seconds measured, its examples simulated)."""
+    t0 = time.perf_counter()
+    loss = ops.loss(split_shares(subset, _ranks(ops))) / len(subset)
+    state.pending_damper_examples += len(subset)
+    state.pending_damper_seconds += time.perf_counter() - t0
+    return loss
 
 
 def apply_update(state: TrainState, ops: Ops, step: Step, *, n_ranks: int, cost: CostModel,
@@ -214,22 +239,26 @@ def apply_update(state: TrainState, ops: Ops, step: Step, *, n_ranks: int, cost:
                                                batch_size=step.batch_size, loss_sum=loss_sum,
                                                flag=flag)
     t_comm += t_sync
-    t_update = time.perf_counter() - t0
+    damper_examples, t_damper = state.pending_damper_examples, state.pending_damper_seconds
+    t_update = time.perf_counter() - t0 + t_damper
 
     state.pending_step = None
+    state.pending_damper_examples, state.pending_damper_seconds = 0, 0.0
     state.update += 1
     state.examples_seen += step.batch_size
     state.last_loss = loss_sum / step.batch_size
     state.last_grad_sq_norm = grad_sq
     state.damper.observe(loss=state.last_loss, grad_sq_norm=grad_sq)
     state.time_elapsed += t_update
-    state.time_sim += cost.update_seconds(batch_size=step.batch_size, n_ranks=n_ranks)
+    state.time_sim += cost.update_seconds(batch_size=step.batch_size, n_ranks=n_ranks,
+                                          damper_examples=damper_examples,
+                                          norm=state.damper.uses_grad_norm)
     record = UpdateRecord(
         update=state.update, epoch=state.epoch, examples_seen=state.examples_seen,
         batch_size=step.batch_size, lr=step.lr, damping=step.damping, n_workers=n_ranks,
         loss=state.last_loss, grad_sq_norm=grad_sq, time_compute=t_compute,
         time_comm=t_comm, time_update=t_update, time_elapsed=state.time_elapsed,
-        time_sim=state.time_sim,
+        time_sim=state.time_sim, damper_examples=damper_examples, time_damper=t_damper,
     )
     state.history.append(record.as_dict())
     emit(record)
@@ -238,15 +267,16 @@ def apply_update(state: TrainState, ops: Ops, step: Step, *, n_ranks: int, cost:
 
 def _boundary(state: TrainState, ops: Ops, *, flag: int, n_ranks: int, emit: Emit,
               should_stop: Callable[[], bool] | None) -> str | None:
-    """After an update: evaluate when due; the boundary the driver must handle, if any."""
+    """After an update: evaluate when due (training ends at the target accuracy); the
+    boundary the driver must handle, if any."""
     cfg = state.config
-    # evaluation points every `eval_every` epochs, and at the end
-    if state.epoch >= state.next_eval * cfg.eval_every or state.finished():
-        while state.next_eval * cfg.eval_every <= state.epoch:
-            state.next_eval += 1
-        evaluate(state, ops, emit=emit, n_ranks=n_ranks)
-        if ops.world_size is not None:
-            return FLUSH  # let the driver see the evaluation (pruning) now
+    if eval_due(state):
+        record = evaluate(state, ops, emit=emit, n_ranks=n_ranks)
+        if cfg.target_accuracy is not None and record.test_accuracy >= cfg.target_accuracy:
+            state.target_reached = True
+            return TARGET
+    if cfg.max_time_sim is not None and state.time_sim >= cfg.max_time_sim:
+        return MAX_TIME_SIM
     if cfg.checkpoint_every and state.update % cfg.checkpoint_every == 0:
         return CHECKPOINT
     if flag == FLAG_CHECKPOINT or (  # ranks: rank 0's clock, in the exchange
@@ -261,17 +291,35 @@ def _boundary(state: TrainState, ops: Ops, *, flag: int, n_ranks: int, emit: Emi
     return None
 
 
+def eval_due(state: TrainState) -> bool:
+    """An evaluation is due after this update: at the end of training, every ``eval_every``
+    epochs, when the examples seen have grown by ``eval_resolution`` since the last, and after
+    every update while the last was within ``eval_dense_margin`` below the target."""
+    cfg = state.config
+    if state.finished() or state.epoch >= state.next_eval * cfg.eval_every:
+        return True
+    growth = cfg.eval_resolution
+    if growth > 0 and state.examples_seen >= (1 + growth) * state.last_eval_examples:
+        return True
+    return (cfg.eval_dense_margin > 0 and cfg.target_accuracy is not None
+            and state.last_eval_accuracy >= cfg.target_accuracy - cfg.eval_dense_margin)
+
+
 def evaluate(state: TrainState, ops: Ops, *, emit: Emit, n_ranks: int) -> EvalRecord:
-    """Evaluate on the held-out set, record and emit the result."""
-    t0 = time.perf_counter()
+    """Evaluate on the held-out set, record and emit the result. Measurement, not training:
+    neither clock is charged."""
+    cfg = state.config
+    while state.next_eval * cfg.eval_every <= state.epoch:
+        state.next_eval += 1
+    state.last_eval_examples = state.examples_seen
     loss_sum, correct, count = ops.evaluate(n_ranks)
-    state.time_elapsed += time.perf_counter() - t0
     record = EvalRecord(
         update=state.update, epoch=state.epoch, examples_seen=state.examples_seen,
         test_loss=loss_sum / count if count else float("nan"),
         test_accuracy=correct / count if count else float("nan"),
         time_elapsed=state.time_elapsed, time_sim=state.time_sim,
     )
+    state.last_eval_accuracy = record.test_accuracy
     state.history.append(record.as_dict())
     emit(record)
     return record

@@ -2,8 +2,9 @@
 
 Time of one model update with global batch ``B`` on ``P`` ranks::
 
-    t(B, P) = compute(⌈B/P⌉) + comm(P) + overhead
-    compute(n) = compute_fixed + n · compute_per_example      (calibrated, or given)
+    t(B, P) = compute(⌈B/P⌉) + comm(P) + overhead(P) [+ damper(P)]
+    compute(n)  = compute_fixed + n · compute_per_example      (calibrated, or given)
+    overhead(P) = overhead_fixed + overhead_per_rank · P        (a term of the network profile)
 
 with ``M = n_params × bytes_per_param`` bytes of gradients (or weights), link bandwidth ``β``
 (bytes/s) and per-message latency ``α`` (s):
@@ -32,15 +33,32 @@ nominal rate (1448 payload bytes per 1514-byte frame). Named profiles are those 
 AdaDamp paper. Checked against gloo on shaped veth links (``bench/network_model.py``): gloo's
 all-reduce is the ring for every P, within 1–7 % of the formula.
 
+**Orchestration overhead** ``overhead(P)``: what an update costs besides computing and moving
+gradients — launching the ranks' work, gathering their results, the optimizer step — a fixed
+part plus a part per rank. Defaults of the named profiles: **16 ms + 3.3 ms × P**, the
+overhead the AdaDamp paper's own simulations charged per update (recovered from its authors'
+code: about 16 ms plus 3.3 ms per worker of a centrally orchestrated Dask update, on top of
+the gradient time). The per-rank part is what makes very large P stop paying. Measure your
+own with ``bench/step_time.py`` (the engine's rank loop, fitted as fixed + per rank) and pass
+it as ``overhead``/``overhead_per_rank`` (``damptune simulate --overhead-ms
+--overhead-per-rank-ms``; the flow's ``overhead_ms``/``overhead_per_rank_ms``).
+
+**The damper's own work** is charged as it would run across the ranks: AdaDamp's training-loss
+pass over its subset (``damper_examples`` of an update record) costs a forward pass of
+``⌈n/P⌉`` examples per rank, an all-reduce of one number and one orchestration overhead;
+RadaDamp's gradient norm costs ``compute_norm`` per update. Evaluation is measurement, not
+training: it is never charged.
+
 Example:
     >>> cost = CostModel(network=get_profile("decentralized-moderate"), n_params=2_750_000,
-    ...                  compute_per_example=0.612e-3, overhead=11e-3)
+    ...                  compute_per_example=0.612e-3)
     >>> round(cost.update_seconds(batch_size=128, n_ranks=1) * 1e3, 1)
-    89.3
+    97.6
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -56,6 +74,8 @@ from damptune.errors import ConfigError
 
 __all__ = [
     "Network",
+    "PAPER_OVERHEAD_MS",
+    "PAPER_OVERHEAD_PER_RANK_MS",
     "PROFILES",
     "get_profile",
     "CostModel",
@@ -69,11 +89,17 @@ __all__ = [
 ]
 
 NOT_REACHED = math.inf  # the simulated time-to-target of a run that never reaches the target
+# The AdaDamp paper's simulated orchestration overhead per update (its authors' code): a fixed
+# part and a part per worker, in milliseconds. Defaults of the named profiles.
+PAPER_OVERHEAD_MS = 16.0
+PAPER_OVERHEAD_PER_RANK_MS = 3.3
+SCALAR_BYTES = 8.0  # one float64: the damper's loss, all-reduced
 
 
 @dataclass(frozen=True)
 class Network:
-    """A cluster network: bandwidth in Gb/s, latency in µs, and how gradients travel.
+    """A cluster network: bandwidth in Gb/s, latency in µs, how gradients travel, and the
+    orchestration overhead of one update (ms, a fixed part plus a part per rank).
 
     ``mode`` is ``"decentralized"`` (all-reduce with ``algorithm`` ``"ring"`` or ``"tree"``) or
     ``"centralized"`` (parameter server through one master link).
@@ -84,9 +110,12 @@ class Network:
     latency_us: float
     mode: str = "decentralized"
     algorithm: str = "ring"
+    overhead_ms: float = 0.0  # per update, whatever the ranks
+    overhead_per_rank_ms: float = 0.0  # per update and rank
 
     def __post_init__(self) -> None:
-        for field_name in ("bandwidth_gbps", "latency_us"):
+        for field_name in ("bandwidth_gbps", "latency_us", "overhead_ms",
+                           "overhead_per_rank_ms"):
             value = getattr(self, field_name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value < 0 or (
                 field_name == "bandwidth_gbps" and value == 0
@@ -105,6 +134,19 @@ class Network:
     def latency_s(self) -> float:
         return self.latency_us * 1e-6
 
+    def overhead_seconds(self, n_ranks: int) -> float:
+        """Orchestration seconds of one update on ``n_ranks`` ranks."""
+        return (self.overhead_ms + self.overhead_per_rank_ms * n_ranks) * 1e-3
+
+    def with_overhead(self, overhead_ms: float | None = None,
+                      overhead_per_rank_ms: float | None = None) -> Network:
+        """This network with its overhead terms replaced (None keeps a term)."""
+        return dataclasses.replace(
+            self,
+            overhead_ms=self.overhead_ms if overhead_ms is None else overhead_ms,
+            overhead_per_rank_ms=(self.overhead_per_rank_ms if overhead_per_rank_ms is None
+                                  else overhead_per_rank_ms))
+
     def comm_seconds(self, n_ranks: int, n_bytes: float) -> float:
         """Seconds to exchange ``n_bytes`` of gradients (and weights) among ``n_ranks``."""
         a, b, p = self.latency_s, self.bytes_per_second, n_ranks
@@ -118,33 +160,45 @@ class Network:
 
 
 PROFILES: dict[str, Network] = {
-    "decentralized-moderate": Network("decentralized-moderate", 54.0, 0.05),
-    "decentralized-high": Network("decentralized-high", 800.0, 0.025),
-    "centralized": Network("centralized", 54.0, 0.05, mode="centralized"),
+    net.name: net.with_overhead(PAPER_OVERHEAD_MS, PAPER_OVERHEAD_PER_RANK_MS) for net in (
+        Network("decentralized-moderate", 54.0, 0.05),
+        Network("decentralized-high", 800.0, 0.025),
+        Network("centralized", 54.0, 0.05, mode="centralized"),
+    )
 }
+_CUSTOM = "'custom:GBPS:LATENCY_US[:ring|tree|centralized[:OVERHEAD_MS[:PER_RANK_MS]]]'"
 
 
 def get_profile(profile: str | Network) -> Network:
-    """A named profile, a ``Network``, or ``"custom:GBPS:US[:centralized|ring|tree]"``."""
+    """A named profile, a ``Network``, or
+    ``"custom:GBPS:US[:centralized|ring|tree[:OVERHEAD_MS[:PER_RANK_MS]]]"`` (overhead 0 unless
+    given)."""
     if isinstance(profile, Network):
         return profile
     if isinstance(profile, str) and profile in PROFILES:
         return PROFILES[profile]
     if isinstance(profile, str) and profile.startswith("custom:"):
-        parts = profile.split(":")
-        try:
-            gbps, us = float(parts[1]), float(parts[2])
-        except (IndexError, ValueError):
-            parts = []
-        if len(parts) in (3, 4):
-            extra = parts[3] if len(parts) == 4 else "ring"
-            if extra == "centralized":
-                return Network(profile, gbps, us, mode="centralized")
-            return Network(profile, gbps, us, algorithm=extra)
-    raise ConfigError(
-        "profile", profile,
-        f"one of {sorted(PROFILES)} or 'custom:GBPS:LATENCY_US[:ring|tree|centralized]'",
-    )
+        network = _custom(profile)
+        if network is not None:
+            return network
+    raise ConfigError("profile", profile, f"one of {sorted(PROFILES)} or {_CUSTOM}")
+
+
+def _custom(profile: str) -> Network | None:
+    parts = profile.split(":")[1:]
+    if not 2 <= len(parts) <= 5:
+        return None
+    try:
+        gbps, us, *overhead = [float(p) for p in parts[:2] + parts[3:]]
+    except ValueError:
+        return None
+    extra = parts[2] if len(parts) > 2 else "ring"
+    fixed, per_rank = (overhead + [0.0, 0.0])[:2]
+    if extra == "centralized":
+        network = Network(profile, gbps, us, mode="centralized")
+    else:
+        network = Network(profile, gbps, us, algorithm=extra)
+    return network.with_overhead(fixed, per_rank)
 
 
 @dataclass(frozen=True)
@@ -155,7 +209,10 @@ class CostModel:
     n_params: int
     compute_per_example: float  # seconds of forward+backward per example on one rank
     compute_fixed: float = 0.0  # seconds per update on a rank regardless of its share
-    overhead: float = 0.0  # seconds per update (optimizer step, framework)
+    # forward pass only (the damper's loss pass); None: a third of forward+backward
+    forward_per_example: float | None = None
+    forward_fixed: float = 0.0
+    compute_norm: float = 0.0  # seconds of the gradient's squared norm (RadaDamp), per update
     bytes_per_param: int = 4
 
     @property
@@ -168,13 +225,31 @@ class CostModel:
     def comm_seconds(self, n_ranks: int) -> float:
         return self.network.comm_seconds(n_ranks, self.model_bytes)
 
-    def update_seconds(self, *, batch_size: int, n_ranks: int) -> float:
+    def overhead_seconds(self, n_ranks: int) -> float:
+        return self.network.overhead_seconds(n_ranks)
+
+    def damper_seconds(self, examples: int, n_ranks: int) -> float:
+        """A loss pass of the damper over ``examples`` split across ``n_ranks`` ranks: a
+        forward pass per rank, an all-reduce of the loss, one orchestration overhead."""
+        if examples <= 0:
+            return 0.0
+        per_example = (self.forward_per_example if self.forward_per_example is not None
+                       else self.compute_per_example / 3)
+        return (self.forward_fixed + math.ceil(examples / n_ranks) * per_example
+                + self.network.comm_seconds(n_ranks, SCALAR_BYTES)
+                + self.overhead_seconds(n_ranks))
+
+    def update_seconds(self, *, batch_size: int, n_ranks: int, damper_examples: int = 0,
+                       norm: bool = False) -> float:
+        """One update; with the damper's loss pass over ``damper_examples`` before it, and
+        its gradient norm (``norm``), when the damper does that work."""
         return (self.compute_seconds(batch_size, n_ranks) + self.comm_seconds(n_ranks)
-                + self.overhead)
+                + self.overhead_seconds(n_ranks)
+                + self.damper_seconds(damper_examples, n_ranks)
+                + (self.compute_norm if norm else 0.0))
 
     def with_network(self, network: Network) -> CostModel:
-        return CostModel(network, self.n_params, self.compute_per_example, self.compute_fixed,
-                         self.overhead, self.bytes_per_param)
+        return dataclasses.replace(self, network=network)
 
 
 # -- schedules (the paper's tables) -------------------------------------------------------------
@@ -218,13 +293,17 @@ def simulate_schedule(
 
 
 # -- histories -----------------------------------------------------------------------------------
-def simulated_times(history: Iterable[dict[str, Any]], cost: CostModel) -> list[float]:
-    """Cumulative simulated seconds after each record of an engine history."""
+def simulated_times(history: Iterable[dict[str, Any]], cost: CostModel, *,
+                    norm: bool = False) -> list[float]:
+    """Cumulative simulated seconds after each record of an engine history (``norm``: the
+    run's damper computes the gradient norm, as RadaDamp does)."""
     out, total = [], 0.0
     for record in history:
         if record.get("kind", "update") == "update":
             total += cost.update_seconds(batch_size=int(record["batch_size"]),
-                                         n_ranks=int(record["n_workers"]))
+                                         n_ranks=int(record["n_workers"]),
+                                         damper_examples=int(record.get("damper_examples", 0)),
+                                         norm=norm)
         out.append(total)
     return out
 
@@ -247,6 +326,7 @@ def time_to_target(
     *,
     target: float,
     metric: str = "test_accuracy",
+    norm: bool = False,
 ) -> TimeToTarget:
     """Simulated and measured wall-clock until the first evaluation with ``metric >= target``.
 
@@ -259,7 +339,7 @@ def time_to_target(
     if not evals:
         raise ConfigError("history", f"{len(history)} records without evaluations",
                           "a history with evaluation records (eval_every)")
-    times = simulated_times(history, cost)
+    times = simulated_times(history, cost, norm=norm)
     for record, t in zip(history, times, strict=True):
         if record.get("kind") == "eval" and record.get(metric, -math.inf) >= target:
             return TimeToTarget(cost.network.name, True, t, float(record["time_elapsed"]),

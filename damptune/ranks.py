@@ -40,8 +40,10 @@ from damptune.loop import (
     FLAG_CHECKPOINT,
     FLAG_FLUSH,
     FLAG_NONE,
+    MAX_TIME_SIM,
     MAX_UPDATES,
     RESIZE,
+    TARGET,
     StepHere,
     advance,
     shard_evaluate,
@@ -60,7 +62,8 @@ FLUSH_SECONDS = 1.0  # rank 0 ends a segment after this long, so progress reache
 # only the connections to the dead peer close) are freed by this timeout, and only then can
 # the driver re-form the group on their workers: it bounds the stall a lost worker causes.
 COLLECTIVE_SECONDS = 30.0
-SYNC_REASONS = (CHECKPOINT, DONE, MAX_UPDATES)  # rank 0 returns its state at these
+# rank 0 returns its state at these
+SYNC_REASONS = (CHECKPOINT, DONE, MAX_UPDATES, TARGET, MAX_TIME_SIM)
 # seconds rank 0 of this process spent in recent changes of P (read by bench/resize_cost.py)
 RESIZE_SECONDS: collections.deque[float] = collections.deque(maxlen=1000)
 

@@ -53,11 +53,14 @@ class UpdateRecord(_Base):
     time_update: float  # seconds of the whole update, measured
     time_elapsed: float  # measured training seconds so far
     time_sim: float  # simulated seconds so far (network profile)
+    damper_examples: int = 0  # examples of the damper's own loss pass before this update
+    time_damper: float = 0.0  # measured seconds of that pass (included in time_update)
 
 
 @dataclass(frozen=True)
 class EvalRecord(_Base):
-    """An evaluation on the held-out set (measurement, between updates)."""
+    """An evaluation on the held-out set: measurement, between updates, never charged in
+    ``time_elapsed`` or ``time_sim``."""
 
     kind: ClassVar[str] = "eval"
     update: int

@@ -45,7 +45,12 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--compute-ms-fixed", type=float, default=None,
                    help="ms per update on a rank besides the examples (default 0)")
     s.add_argument("--per-worker-batch", type=int, default=128, help="examples per rank")
-    s.add_argument("--overhead-ms", type=float, default=None, help="ms per update (default 0)")
+    s.add_argument("--overhead-ms", type=float, default=None,
+                   help="orchestration ms per update, fixed part (default: the replayed run's, "
+                   "else the profile's: 16 for the named ones)")
+    s.add_argument("--overhead-per-rank-ms", type=float, default=None,
+                   help="orchestration ms per update and rank (default: the run's, else the "
+                   "profile's: 3.3 for the named ones)")
     s.add_argument("--profile", default="decentralized-moderate",
                    help=f"comma-separated names from {sorted(PROFILES)}, 'all', or "
                    "'custom:GBPS:LATENCY_US[:ring|tree|centralized]'")
@@ -81,11 +86,11 @@ def _load_history(path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    networks = _profiles(args.profile)
     records: list[dict[str, Any]] = []
     config: dict[str, Any] = {}
     if args.history:
         records, config = _load_history(args.history)
+    networks = [_with_overhead(net, args, config) for net in _profiles(args.profile)]
     base = _cost_model(args, config, networks[0])
     if args.per_worker_batch is None or args.per_worker_batch <= 0:
         raise ConfigError("--per-worker-batch", args.per_worker_batch, "a positive integer")
@@ -94,13 +99,35 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.target is None:
             raise ConfigError("--target", None, "an accuracy in (0, 1] (with --history)")
-        results = [_replay_history(records, base.with_network(net), target=args.target)
-                   for net in networks]
+        norm = _damper_uses_norm(config)
+        results = [_replay_history(records, base.with_network(net), target=args.target,
+                                   norm=norm) for net in networks]
     for res in results:
         _print_result(args, res)
     if args.plot:
         _plot(args, results)
     return 0
+
+
+def _with_overhead(network: Network, args: argparse.Namespace,
+                   config: dict[str, Any]) -> Network:
+    """The profile with the overhead given on the command line, else the replayed run's,
+    else its own."""
+    terms = []
+    for flag, key in (("overhead_ms", "overhead"), ("overhead_per_rank_ms", "overhead_per_rank")):
+        ms = getattr(args, flag)
+        if ms is None and config.get(key) is not None:
+            ms = float(config[key]) * 1e3
+        terms.append(None if ms is None else
+                     _positive("--" + flag.replace("_", "-"), ms, required=False))
+    return network.with_overhead(*terms)
+
+
+def _damper_uses_norm(config: dict[str, Any]) -> bool:
+    from damptune.dampers import DAMPERS
+
+    damper = DAMPERS.get(str(config.get("damper", "")))
+    return bool(damper is not None and damper.uses_grad_norm)
 
 
 def _cost_model(args: argparse.Namespace, config: dict[str, Any], network: Any) -> CostModel:
@@ -109,15 +136,15 @@ def _cost_model(args: argparse.Namespace, config: dict[str, Any], network: Any) 
                      else config.get("compute_per_example"))
     fixed_s = (args.compute_ms_fixed / 1e3 if args.compute_ms_fixed is not None
                else config.get("compute_fixed") or 0.0)
-    overhead_s = (args.overhead_ms / 1e3 if args.overhead_ms is not None
-                  else config.get("overhead", 0.0))
     n_params = args.params if args.params is not None else config.get("n_params")
     return CostModel(
         network=network,
         n_params=int(_positive("--params", n_params)),
         compute_per_example=_positive("--compute-ms-per-example", per_example_s),
         compute_fixed=_positive("--compute-ms-fixed", fixed_s, required=False),
-        overhead=_positive("--overhead-ms", overhead_s, required=False),
+        forward_per_example=config.get("compute_forward_per_example"),
+        forward_fixed=config.get("compute_forward_fixed") or 0.0,
+        compute_norm=config.get("compute_norm") or 0.0,
     )
 
 
@@ -129,39 +156,49 @@ def _replay_schedule(args: argparse.Namespace, base: CostModel,
     for net in networks:
         rows = simulate_schedule(segments, examples=int(examples), cost=base.with_network(net),
                                  per_worker_batch=args.per_worker_batch)
-        results.append({"profile": net.name, "updates": rows[-1]["updates"],
-                        "seconds": rows[-1]["seconds"], "segments": rows})
+        results.append({"profile": net.name, **_overhead_of(net),
+                        "updates": rows[-1]["updates"], "seconds": rows[-1]["seconds"],
+                        "segments": rows})
     return results
 
 
+def _overhead_of(network: Network) -> dict[str, float]:
+    return {"overhead_ms": network.overhead_ms,
+            "overhead_per_rank_ms": network.overhead_per_rank_ms}
+
+
 def _replay_history(records: list[dict[str, Any]], cost: CostModel, *,
-                    target: float) -> dict[str, Any]:
-    ttt = time_to_target(records, cost, target=target)
+                    target: float, norm: bool = False) -> dict[str, Any]:
+    ttt = time_to_target(records, cost, target=target, norm=norm)
     return {
         "profile": cost.network.name,
+        **_overhead_of(cost.network),
         "reached": ttt.reached,
         "seconds": ttt.simulated_seconds if ttt.reached else None,
         "measured_seconds": ttt.measured_seconds if ttt.reached else None,
         "updates": ttt.update,
         "examples_seen": ttt.examples_seen,
         "curve": [(t, r["test_accuracy"]) for r, t in
-                  zip(records, simulated_times(records, cost), strict=True)
+                  zip(records, simulated_times(records, cost, norm=norm), strict=True)
                   if r.get("kind") == "eval"],
     }
 
 
 def _print_result(args: argparse.Namespace, res: dict[str, Any]) -> None:
+    overhead = (f"overhead {res['overhead_ms']:g} ms + {res['overhead_per_rank_ms']:g} ms "
+                "per rank per update")
     if args.json:
         print(json.dumps({k: v for k, v in res.items() if k != "curve"}))
     elif args.schedule:
         print(f"{res['profile']}: {res['updates']} updates, {res['seconds']:.1f} s "
-              f"({res['seconds'] / 60:.1f} min)")
+              f"({res['seconds'] / 60:.1f} min); {overhead}")
     elif res["reached"]:
         print(f"{res['profile']}: reached {args.target} after {res['updates']} updates, "
               f"simulated {res['seconds']:.2f} s "
-              f"(measured here {res['measured_seconds']:.2f} s)")
+              f"(measured here {res['measured_seconds']:.2f} s); {overhead}")
     else:
-        print(f"{res['profile']}: did not reach {args.target} (time-to-target = not reached)")
+        print(f"{res['profile']}: did not reach {args.target} (time-to-target = not reached); "
+              f"{overhead}")
 
 
 def _plot(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:

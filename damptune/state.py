@@ -101,6 +101,12 @@ class TrainState:
         self.last_loss: float | None = None
         self.last_grad_sq_norm: float | None = None
         self.pending_step: Step | None = None  # planned but not yet applied (resize boundary)
+        # the damper's own work for the pending step (AdaDamp's loss pass): examples, seconds
+        self.pending_damper_examples = 0
+        self.pending_damper_seconds = 0.0
+        self.last_eval_examples = 0  # examples seen at the last evaluation (eval_resolution)
+        self.last_eval_accuracy = 0.0  # its test accuracy (eval_dense_margin)
+        self.target_reached = False  # an evaluation reached config.target_accuracy: done
         self.time_elapsed = 0.0  # measured seconds of training so far, across resumes
         self.time_sim = 0.0  # simulated seconds on the configured network profile
         self.history: list[dict[str, Any]] = []
@@ -118,7 +124,8 @@ class TrainState:
         return sum(p.numel() for p in self.model.parameters())
 
     def finished(self) -> bool:
-        return self.examples_seen >= self.config.max_epochs * self.config.n_train
+        return self.target_reached or (
+            self.examples_seen >= self.config.max_epochs * self.config.n_train)
 
     # -- checkpoint -------------------------------------------------------------------------
     def checkpoint(self) -> dict[str, Any]:
@@ -139,6 +146,11 @@ class TrainState:
                 "last_grad_sq_norm": self.last_grad_sq_norm,
                 "time_elapsed": self.time_elapsed,
                 "time_sim": self.time_sim,
+                "pending_damper_examples": self.pending_damper_examples,
+                "pending_damper_seconds": self.pending_damper_seconds,
+                "last_eval_examples": self.last_eval_examples,
+                "last_eval_accuracy": self.last_eval_accuracy,
+                "target_reached": self.target_reached,
                 "pending_step": None
                 if step is None
                 else {"damping": step.damping, "batch_size": step.batch_size, "lr": step.lr},
@@ -163,6 +175,11 @@ class TrainState:
         self.last_loss, self.last_grad_sq_norm = c["last_loss"], c["last_grad_sq_norm"]
         self.time_elapsed = float(c["time_elapsed"])
         self.time_sim = float(c["time_sim"])
+        self.pending_damper_examples = int(c.get("pending_damper_examples", 0))
+        self.pending_damper_seconds = float(c.get("pending_damper_seconds", 0.0))
+        self.last_eval_examples = int(c.get("last_eval_examples", 0))
+        self.last_eval_accuracy = float(c.get("last_eval_accuracy", 0.0))
+        self.target_reached = bool(c.get("target_reached", False))
         ps = c["pending_step"]
         self.pending_step = None if ps is None else Step(**ps)
         with GLOBAL_RNG_LOCK:

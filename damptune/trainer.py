@@ -2,7 +2,7 @@
 
 Example:
     >>> import numpy as np
-    >>> from damptune.config import TrainConfig
+    >>> from damptune.config import CALIBRATION_FIELDS, TrainConfig
     >>> from damptune.state import TrainData
     >>> rng = np.random.default_rng(0)
     >>> X, y = rng.normal(size=(64, 4)).astype("float32"), rng.integers(0, 2, 64)
@@ -35,14 +35,16 @@ from damptune.cluster import (
     scheduler_address,
     worker_addresses,
 )
-from damptune.config import TrainConfig
+from damptune.config import CALIBRATION_FIELDS, TrainConfig
 from damptune.errors import ClusterError, ConfigError, StopTraining
 from damptune.loop import (
     CHECKPOINT,
     DONE,
     FLUSH,
     INTERRUPTED,
+    MAX_TIME_SIM,
     MAX_UPDATES,
+    TARGET,
     Emit,
     LocalOps,
     Ops,
@@ -55,7 +57,7 @@ from damptune.records import Record, ResumeRecord
 from damptune.segments import SegmentRunner
 from damptune.state import GLOBAL_RNG_LOCK, TrainData, TrainState, build_model, resolve_device
 
-__all__ = ["train", "calibrate", "Callback", "Runner"]
+__all__ = ["train", "calibrate", "with_calibration", "Callback", "Runner", "STOPPED_BY_BOUND"]
 
 Callback = Callable[[Record], Any]
 StopReason = Callable[[], str | None]
@@ -112,8 +114,9 @@ def _with_n_train(config: TrainConfig, data: TrainData) -> TrainConfig:
 
 def calibrate(config: TrainConfig, data: TrainData) -> TrainConfig:
     """A copy of ``config`` with ``n_train`` from ``data`` and the compute calibration
-    (``compute_fixed``, ``compute_per_example``: one rank's forward+backward, single-threaded)
-    measured when it is not given. ``config`` itself is not changed.
+    (:data:`~damptune.config.CALIBRATION_FIELDS`: one rank's forward+backward, forward alone
+    and gradient norm, single-threaded) measured when ``compute_per_example`` is not given.
+    ``config`` itself is not changed.
 
     Example:
         >>> import numpy as np
@@ -133,14 +136,22 @@ def calibrate(config: TrainConfig, data: TrainData) -> TrainConfig:
 def _measure(config: TrainConfig, data: TrainData, model: torch.nn.Module,
              device: torch.device) -> TrainConfig:
     """``config`` with one rank's compute measured on ``model`` (its gradients are
-    overwritten, its weights untouched); cached per model, device and batch sizes."""
+    overwritten, its weights untouched): forward+backward, forward alone (the damper's loss
+    pass) and the gradient's squared norm; cached per model, device and batch sizes."""
     X, y = data.X.to(device), data.y.to(device)
     n = len(y)
 
-    def step(size: int) -> None:
-        shard_forward(model, X, y, np.arange(min(size, n)), grad=True)
+    def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
+
+    def step(size: int, grad: bool = True) -> None:
+        shard_forward(model, X, y, np.arange(min(size, n)), grad=grad)
+        sync()
+
+    def norm(size: int) -> None:
+        torch._foreach_norm([p.grad for p in model.parameters() if p.grad is not None])
+        sync()
 
     # it draws nothing, but saves and restores the process's shared generator
     with GLOBAL_RNG_LOCK:
@@ -151,10 +162,25 @@ def _measure(config: TrainConfig, data: TrainData, model: torch.nn.Module,
                             str(device), f"x{tuple(data.X.shape[1:])}"])
             sizes = (min(n, config.per_worker_batch), min(n, 4 * config.per_worker_batch))
             fixed, per_example = calibrate_compute(key, step, batch_sizes=sizes)
+            fwd_fixed, fwd_per_example = calibrate_compute(
+                key + "|forward", lambda size: step(size, grad=False), batch_sizes=sizes)
+            step(sizes[0])  # gradients for the norm
+            _, norm_seconds = calibrate_compute(key + "|norm", norm, batch_sizes=(1,))
         finally:
             torch.set_num_threads(threads)
             torch.set_rng_state(rng)
-    return dataclasses.replace(config, compute_fixed=fixed, compute_per_example=per_example)
+    return dataclasses.replace(
+        config, compute_fixed=fixed, compute_per_example=per_example,
+        compute_forward_fixed=fwd_fixed, compute_forward_per_example=fwd_per_example,
+        compute_norm=norm_seconds)
+
+
+def with_calibration(config: TrainConfig, source: dict[str, Any]) -> TrainConfig:
+    """``config`` with the compute calibration of ``source`` (a configuration's dict)."""
+    out = dataclasses.replace(config)
+    for name in CALIBRATION_FIELDS:
+        setattr(out, name, source.get(name))
+    return out
 
 
 def _resume_record(state: TrainState) -> ResumeRecord:
@@ -231,9 +257,7 @@ def _start(config: TrainConfig, data: TrainData, state: TrainState | None,
     ckpt = load_latest(checkpoint_path, keep=config.checkpoint_keep) if checkpoint_path else None
     if ckpt is not None and config.compute_per_example is None:
         # keep the calibration the run started with, so its simulated time stays continuous
-        config = dataclasses.replace(
-            config, compute_per_example=ckpt["config"].get("compute_per_example"),
-            compute_fixed=ckpt["config"].get("compute_fixed"))
+        config = with_calibration(config, ckpt["config"])
     resumed = False
     if state is None:
         state = TrainState(config, device=resolve_device(config))
@@ -241,8 +265,7 @@ def _start(config: TrainConfig, data: TrainData, state: TrainState | None,
             state.restore(ckpt)  # raises CheckpointError if it belongs to another run
             resumed = True
     elif config.compute_per_example is None:
-        config = dataclasses.replace(config, compute_per_example=state.config.compute_per_example,
-                                     compute_fixed=state.config.compute_fixed)
+        config = with_calibration(config, state.config.to_dict())
     if config.compute_per_example is None:
         config = _measure(config, data, copy.deepcopy(state.model), state.device)
     state.config = config
@@ -317,6 +340,11 @@ class _Notices:
         return bool(set(self.watch.take()) & self.used)
 
 
+# training ended before its budget for a reason of the configuration: state.stopped says it
+STOPPED_BY_BOUND = "the simulated-time budget (max_time_sim) was spent"
+_ENDINGS = {TARGET: "the target accuracy was reached", MAX_TIME_SIM: STOPPED_BY_BOUND}
+
+
 def _run(state: TrainState, runner: Runner, emit: Emit, stop_reason: StopReason,
          checkpoints: _Checkpoints, notices: _Notices) -> None:
     """Run to each boundary; checkpoint there (and at the first boundary after one of the
@@ -345,7 +373,9 @@ def _run(state: TrainState, runner: Runner, emit: Emit, stop_reason: StopReason,
                 if reason == INTERRUPTED:
                     state.interrupted = True
                     state.stopped = f"interrupted: {stop_reason()}"
-                if reason in (DONE, MAX_UPDATES, INTERRUPTED):
+                if reason in _ENDINGS:
+                    state.stopped = _ENDINGS[reason]
+                if reason in (DONE, MAX_UPDATES, INTERRUPTED, *_ENDINGS):
                     return
     except StopTraining as exc:
         state.stopped = str(exc) or "stopped by the callback"

@@ -56,7 +56,10 @@ def tune(
     per_worker_batch: int = 32,
     seed: int = 0,
     sampler: str = "tpe",
-    pruner: str = "hyperband",
+    pruner: str = "bound",
+    eval_resolution: float = 0.02,
+    overhead_ms: float | None = None,
+    overhead_per_rank_ms: float | None = None,
     grid_name: str = "grid",
     run_dir: str | None = None,
     storage: str | None = None,
@@ -78,7 +81,12 @@ def tune(
         networks: cluster sizes (ranks); algorithms: damptune.DAMPERS names; models: ``mlp``,
             ``cnn``, ``wrn16_4``; trials: per cell in all; epochs: a trial's budget.
         target_accuracy: the objective is the simulated time to reach this test accuracy
-            (one value, or one per model); profile: network profile of the simulated time.
+            (one value, or one per model); profile: network profile of the simulated time;
+            overhead_ms, overhead_per_rank_ms: its orchestration overhead per update (default
+            the profile's, 16 + 3.3 per rank); eval_resolution: evaluations this fraction
+            apart in examples seen resolve the time to the target.
+        sampler: ``tpe`` or ``gp``; pruner: ``bound`` (stop a trial once its simulated time
+            exceeds the cell's best), ``hyperband``/``sha`` (that and Optuna's), ``none``.
         mode: ``centralized`` or ``decentralized``; per_worker_batch: examples per rank.
         run_dir: studies, runs, checkpoints, summaries (default ``runs/<grid>``); storage,
             tracking_uri: Optuna and MLflow URIs (default SQLite in run_dir; MLflow's is
@@ -136,7 +144,9 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
         epochs=params["epochs"], target_accuracy=params["target_accuracy"],
         profile=params["profile"], mode=params["mode"],
         per_worker_batch=params["per_worker_batch"], seed=params["seed"],
-        sampler=params["sampler"], pruner=params["pruner"], run_dir=params["run_dir"] or "",
+        sampler=params["sampler"], pruner=params["pruner"],
+        eval_resolution=params["eval_resolution"], overhead_ms=params["overhead_ms"],
+        overhead_per_rank_ms=params["overhead_per_rank_ms"], run_dir=params["run_dir"] or "",
         storage=params["storage"] or "", tracking_uri=params["tracking_uri"] or "",
         checkpoint_seconds=checkpoint_seconds,
         checkpoint_every=int(params["checkpoint_every"]),

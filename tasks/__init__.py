@@ -7,7 +7,6 @@ artifacts); the engine itself knows nothing of either.
 from tasks.callbacks import (
     CalibrationKeeper,
     PruningReporter,
-    TargetStop,
     TrialCallback,
     WorkLogWriter,
 )
@@ -32,7 +31,6 @@ __all__ = [
     "PruningReporter",
     "Session",
     "StudyDriver",
-    "TargetStop",
     "TrialCallback",
     "TrialResult",
     "TrialState",

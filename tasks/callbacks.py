@@ -5,28 +5,33 @@ order the trial composes them, and may raise :class:`~damptune.StopTraining` to 
 
 * :class:`WorkLogWriter` — the trial's work log (lost work across attempts);
 * :class:`~tasks.trial_logger.MlflowTrialLogger` — the trial's MLflow run;
-* :class:`TargetStop` — stop when an evaluation reaches the target accuracy;
-* :class:`PruningReporter` — report to Optuna and stop when its pruner says so.
+* :class:`PruningReporter` — report the objective so far to Optuna and stop when its pruner
+  says so.
 
-:class:`CalibrationKeeper` acts before training: one compute calibration per study.
+:class:`CalibrationKeeper` acts before training: one compute calibration per study. Stopping at
+the target accuracy and at the cell's best value (a trial whose simulated time already exceeds
+it can never win) is the engine's (``target_accuracy``, ``max_time_sim``): it stops on the
+update itself, not a segment later.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import optuna
 
 from damptune import EvalRecord, Record, StopTraining, TrainConfig, TrainData, calibrate
+from damptune.config import CALIBRATION_FIELDS
+from damptune.trainer import with_calibration
+from tasks.objective import value_so_far
 from tasks.search import with_storage_retries
 from tasks.worklog import WorkLog
 
-__all__ = ["TrialCallback", "TargetStop", "PruningReporter", "WorkLogWriter",
+__all__ = ["TrialCallback", "PruningReporter", "WorkLogWriter",
            "CalibrationKeeper", "compose", "CALIBRATION_ATTR"]
 
-CALIBRATION_ATTR = "compute_calibration"  # [fixed s, s per example] of one rank
+CALIBRATION_ATTR = "compute_calibration"  # {field: seconds} of one rank (CALIBRATION_FIELDS)
 
 
 class TrialCallback(Protocol):
@@ -45,33 +50,31 @@ def compose(callbacks: Sequence[TrialCallback]) -> Callable[[Record], None]:
     return callback
 
 
-class TargetStop:
-    """Stops training at the first evaluation that reaches ``target`` (test accuracy): the
-    objective's clock stops there, so training on cannot change the trial's value."""
-
-    def __init__(self, target: float) -> None:
-        self.target = target
-        self.reached = False
-
-    def __call__(self, record: Record) -> None:
-        if isinstance(record, EvalRecord) and record.test_accuracy >= self.target:
-            self.reached = True
-            raise StopTraining("the target accuracy was reached")
-
-
 class PruningReporter:
-    """Reports each evaluation's test error (1 − accuracy) to the Optuna trial at its examples
-    seen, and stops training, *pruned*, when the study's pruner says so."""
+    """Reports the trial's objective so far (:func:`tasks.objective.value_so_far`: its
+    simulated time, scaled up by its shortfall while the target is not reached) to Optuna at
+    its examples seen, at every evaluation at least ``every_examples`` after the last report
+    (the grid's ``eval_every`` epochs: the dense evaluations that resolve the objective are not
+    all written to the storage), and stops training, *pruned*, when the study's pruner says so.
+    """
 
-    def __init__(self, trial: optuna.Trial) -> None:
-        self.trial = trial
+    def __init__(self, trial: optuna.Trial, *, target: float, every_examples: int) -> None:
+        self.trial, self.target, self.every = trial, target, max(1, every_examples)
         self.pruned = False
+        self.best_accuracy = 0.0
+        self.next_report = self.every
 
     def __call__(self, record: Record) -> None:
         if not isinstance(record, EvalRecord):
             return
-        with_storage_retries(lambda: self.trial.report(1.0 - record.test_accuracy,
-                                                       step=int(record.examples_seen)))
+        self.best_accuracy = max(self.best_accuracy, record.test_accuracy)
+        if record.examples_seen < self.next_report:
+            return
+        while self.next_report <= record.examples_seen:
+            self.next_report += self.every
+        value = value_so_far(record.time_sim, best_accuracy=self.best_accuracy,
+                             target=self.target)
+        with_storage_retries(lambda: self.trial.report(value, step=int(record.examples_seen)))
         if with_storage_retries(self.trial.should_prune):
             self.pruned = True
             raise StopTraining(f"pruned by Optuna at {record.examples_seen} examples")
@@ -92,9 +95,10 @@ class WorkLogWriter:
 
 
 class CalibrationKeeper:
-    """One compute calibration per study, kept in it (user attribute ``compute_calibration``):
-    a rerun on another machine (a spot replacement) simulates the cell's remaining trials with
-    the same numbers as the first run."""
+    """One compute calibration per study, kept in it (user attribute ``compute_calibration``,
+    the fields of :data:`damptune.config.CALIBRATION_FIELDS`): a rerun on another machine (a
+    spot replacement) simulates the cell's remaining trials with the same numbers as the first
+    run."""
 
     def __init__(self, study: optuna.Study) -> None:
         self.study = study
@@ -102,11 +106,9 @@ class CalibrationKeeper:
     def resolve(self, config: TrainConfig, data: TrainData) -> TrainConfig:
         """``config`` with the study's calibration, measured and stored first if it has none."""
         stored = with_storage_retries(lambda: self.study.user_attrs.get(CALIBRATION_ATTR))
-        if stored:
-            fixed, per_example = map(float, stored)
-            return dataclasses.replace(config, compute_fixed=fixed,
-                                       compute_per_example=per_example)
+        if isinstance(stored, dict) and set(CALIBRATION_FIELDS) <= set(stored):
+            return with_calibration(config, stored)
         config = calibrate(config, data)
-        calibration = [config.compute_fixed, config.compute_per_example]
+        calibration = {k: getattr(config, k) for k in CALIBRATION_FIELDS}
         with_storage_retries(lambda: self.study.set_user_attr(CALIBRATION_ATTR, calibration))
         return config

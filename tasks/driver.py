@@ -99,6 +99,11 @@ class StudyDriver:
             with_storage_retries(lambda: self.study.tell(result.number, result.value))
         else:
             state = State.PRUNED if result.state is TrialState.PRUNED else State.FAIL
+            value, step = result.value, result.examples_seen
+            if state is State.PRUNED and value is not None and step:
+                # its value so far where it stopped: the value Optuna gives a pruned trial
+                handle = trial_handle(self.study, self.study.trials[result.number]._trial_id)
+                with_storage_retries(lambda: handle.report(value, step=step))
             if state is State.FAIL:  # the message, shown with the trial in Optuna's dashboard
                 trial_id = self.study.trials[result.number]._trial_id
                 with_storage_retries(lambda: self.study._storage.set_trial_user_attr(

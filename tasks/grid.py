@@ -10,10 +10,15 @@ from damptune.netmodel import get_profile
 from damptune.validate import choice, non_negative_float, number_in, positive_float, positive_int
 from models import DATASETS, MODELS
 
-__all__ = ["Cell", "GridSettings", "cells_of", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS"]
+__all__ = ["Cell", "GridSettings", "cells_of", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS",
+           "PRUNERS"]
 
 ALGORITHMS = ("geodamplr", "cntsdamplr", "geodamp", "padadamp", "adadamp", "radadamp")
 MODEL_NAMES = ("mlp", "cnn")
+# "bound": a trial stops once its simulated time exceeds the cell's best value (it can never
+# win); "hyperband", "sha": that, and Optuna's multi-fidelity pruner on the objective so far;
+# "none": every trial runs to its target or its epochs
+PRUNERS = ("bound", "hyperband", "sha", "none")
 # reached after about 2-4 epochs of MNIST-1D at batch 32: the objective tells trials apart
 DEFAULT_TARGETS = {"mlp": 0.5, "cnn": 0.7, "wrn16_4": 0.9}
 
@@ -48,10 +53,17 @@ class GridSettings:
     initial_batch: int = 32  # B0 of the dampers that do not tune it (examples)
     lr: float = 0.05
     momentum: float = 0.9
-    eval_every: float = 1.0  # epochs
+    eval_every: float = 1.0  # epochs between the evaluations reported to Optuna
+    # relative spacing (in examples seen) of the evaluations that resolve the objective
+    eval_resolution: float = 0.02
+    # and every update while the last evaluation was within this margin below the target
+    eval_dense_margin: float = 0.05
+    # orchestration overhead per update in the simulated time, ms (None: the profile's)
+    overhead_ms: float | None = None
+    overhead_per_rank_ms: float | None = None
     seed: int = 0
     sampler: str = "tpe"
-    pruner: str = "hyperband"
+    pruner: str = "bound"
     run_dir: str = ""
     storage: str = ""  # Optuna storage URL
     tracking_uri: str = ""  # MLflow tracking URI
@@ -93,7 +105,12 @@ def cells_of(
     positive_float("worker_wait", settings.worker_wait, "a positive number of seconds")
     non_negative_float("retry_backoff", settings.retry_backoff, "seconds, 0 or more")
     choice("sampler", settings.sampler, ("tpe", "gp"))
-    choice("pruner", settings.pruner, ("hyperband", "sha", "none"))
+    choice("pruner", settings.pruner, PRUNERS)
+    non_negative_float("eval_resolution", settings.eval_resolution,
+                       "a fraction >= 0 (0.02: the objective resolved to 2 %)")
+    for name in ("overhead_ms", "overhead_per_rank_ms"):
+        if getattr(settings, name) is not None:
+            non_negative_float(name, getattr(settings, name), "milliseconds, 0 or more")
     if not settings.grid_name or "/" in settings.grid_name:
         raise ConfigError("grid_name", settings.grid_name, "a non-empty name without '/'")
     return [Cell(n, a, m) for n in sorted(set(networks)) for a in dict.fromkeys(algorithms)

@@ -1,18 +1,33 @@
 """The trial's objective (minimized): simulated wall-clock until the target test accuracy.
 
 The value is the simulated time, on the grid's network profile, at the first evaluation whose
-test accuracy reaches the model's target; the trial stops there (its value cannot change any
-more). A trial that never reaches it within its epochs gets
+test accuracy reaches the model's target (the engine stops training there, so the value cannot
+change any more). Evaluations come every ``eval_resolution`` (2 %) of growth in examples seen
+as well as every ``eval_every`` epochs, so the value is at most that fraction after the first
+update that reached the target (tested against an evaluation after every update). Evaluation
+is measurement: it is charged to neither clock.
+
+A trial that never reaches the target within its epochs gets
 ``T_end × (1 + (target − best_accuracy) / target)``: the simulated time it spent, scaled up by
 how far it fell short — always more than it spent, so it ranks behind any trial that reached the
-target in the same time.
+target in the same time. The same formula, applied to a trial still running, is its value if it
+stopped now (:func:`value_so_far`): what the pruners compare.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["objective"]
+__all__ = ["objective", "value_so_far"]
+
+
+def value_so_far(time_sim: float, *, best_accuracy: float, target: float) -> float:
+    """The objective of a trial stopped now, after ``time_sim`` simulated seconds with the best
+    test accuracy ``best_accuracy`` so far: ``time_sim`` if it reached the target, else scaled
+    up by its shortfall."""
+    if best_accuracy >= target:
+        return float(time_sim)
+    return float(time_sim) * (1 + (target - best_accuracy) / target)
 
 
 def objective(history: list[dict[str, Any]], *, target: float) -> tuple[float, bool, float]:
@@ -23,4 +38,4 @@ def objective(history: list[dict[str, Any]], *, target: float) -> tuple[float, b
         if r["test_accuracy"] >= target:
             return float(r["time_sim"]), True, best
     end = float(history[-1]["time_sim"]) if history else 0.0
-    return end * (1 + (target - best) / target), False, best
+    return value_so_far(end, best_accuracy=best, target=target), False, best

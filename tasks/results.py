@@ -38,3 +38,4 @@ class TrialResult:
     fault: BaseException | None = None
     reached: bool = False
     best_accuracy: float | None = None
+    examples_seen: int | None = None  # where it stopped (a pruned trial's last report)

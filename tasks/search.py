@@ -19,6 +19,7 @@ from tasks.retries import retry
 
 __all__ = [
     "storage_for", "study_name", "open_study", "distributions", "count_finished", "FINISHED",
+    "best_value",
     "finished_in_grid",
     "sampler_for", "pruner_for", "trial_seed", "with_storage_retries", "StorageUnavailable",
 ]
@@ -89,8 +90,10 @@ def sampler_for(settings: GridSettings, number: int = 0,
 
 
 def pruner_for(settings: GridSettings, n_train: int) -> optuna.pruners.BasePruner:
-    """Resources are examples seen: one epoch at least, the whole budget at most."""
-    if settings.pruner == "none":
+    """Optuna's pruner of the cell (the ``bound`` rule is the engine's ``max_time_sim``, set by
+    the trial). Resources are examples seen: ``eval_every`` epochs at least, the whole budget
+    at most; the values are the objective so far (:func:`tasks.objective.value_so_far`)."""
+    if settings.pruner in ("none", "bound"):
         return optuna.pruners.NopPruner()
     min_resource = int(n_train * settings.eval_every)
     if settings.pruner == "sha":
@@ -119,6 +122,13 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
     return study
+
+
+def best_value(study: optuna.Study) -> float | None:
+    """The best (least) value of the study's COMPLETE trials, or None before the first."""
+    values = [t.value for t in study.get_trials(deepcopy=False, states=(
+        optuna.trial.TrialState.COMPLETE,)) if t.value is not None]
+    return min(values) if values else None
 
 
 def count_finished(study: optuna.Study) -> int:

@@ -167,20 +167,25 @@ def child_run(
 
 
 class MetricBuffer:
-    """Collects step metrics and sends them in batches (MLflow takes 1000 per call)."""
+    """Collects step metrics and sends them in batches (MLflow takes 1000 per call): when
+    ``size`` are waiting, or ``interval`` seconds after the last batch, so the UI follows a
+    running trial without a request per evaluation."""
 
-    def __init__(self, client: MlflowClient, run_id: str, *, size: int = 900) -> None:
-        self.client, self.run_id, self.size = client, run_id, size
+    def __init__(self, client: MlflowClient, run_id: str, *, size: int = 900,
+                 interval: float = 5.0) -> None:
+        self.client, self.run_id, self.size, self.interval = client, run_id, size, interval
         self.metrics: list[Metric] = []
+        self.sent_at = time.monotonic()
 
     def add(self, values: dict[str, float | None], *, step: int) -> None:
         now = int(time.time() * 1000)
         self.metrics.extend(Metric(k, float(v), now, step) for k, v in values.items()
                             if v is not None)
-        if len(self.metrics) >= self.size:
+        if len(self.metrics) >= self.size or time.monotonic() - self.sent_at >= self.interval:
             self.flush()
 
     def flush(self) -> None:
+        self.sent_at = time.monotonic()
         while self.metrics:
             chunk, self.metrics = self.metrics[:1000], self.metrics[1000:]
             self._send(chunk)

@@ -15,12 +15,12 @@ from prefect.cache_policies import NO_CACHE
 
 from damptune import TrainConfig, TrainData, TrainState, train
 from damptune.config import cap_for, import_path
+from damptune.trainer import STOPPED_BY_BOUND
 from models import load_dataset, model_class
 from tasks import tracking
 from tasks.callbacks import (
     CalibrationKeeper,
     PruningReporter,
-    TargetStop,
     TrialCallback,
     WorkLogWriter,
     compose,
@@ -31,7 +31,7 @@ from tasks.grid import Cell, GridSettings
 from tasks.leases import Heartbeat
 from tasks.objective import objective
 from tasks.results import TrialResult, TrialState
-from tasks.search import StorageUnavailable, open_study
+from tasks.search import StorageUnavailable, best_value, open_study
 from tasks.session import Session, session_for
 from tasks.trial_logger import MlflowTrialLogger
 from tasks.worklog import WorkLog
@@ -42,8 +42,10 @@ OUTAGES = (StorageUnavailable, tracking.TrackingUnavailable)
 
 
 def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
-                 dataset: Any) -> TrainConfig:
-    """The engine configuration of one trial."""
+                 dataset: Any, *, bound: float | None = None) -> TrainConfig:
+    """The engine configuration of one trial. It stops at the model's target accuracy, and
+    once it has spent ``bound`` simulated seconds (the cell's best value so far: a trial
+    slower than that can never win)."""
     cap = cap_for(cell.network, settings.per_worker_batch)
     damper_kwargs = {"initial": settings.initial_batch}
     damper_kwargs.update({k: v for k, v in params.items() if k != "lr"})
@@ -57,11 +59,18 @@ def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
         damper_kwargs=damper_kwargs, max_batch_size=cap,
         per_worker_batch=settings.per_worker_batch, min_workers=1, max_workers=cell.network,
         max_epochs=settings.epochs, eval_every=settings.eval_every, seed=settings.seed,
+        eval_resolution=settings.eval_resolution, eval_dense_margin=settings.eval_dense_margin,
+        target_accuracy=settings.target_for(cell.model), max_time_sim=bound,
         mode=settings.mode, profile=settings.profile,
+        overhead=_ms(settings.overhead_ms), overhead_per_rank=_ms(settings.overhead_per_rank_ms),
         checkpoint_every=settings.checkpoint_every or None,
         checkpoint_seconds=settings.checkpoint_seconds or None,
         timeout=float(settings.extra.get("rank_timeout", 300.0)),
     )
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value / 1e3
 
 
 @task(name="trial", cache_policy=NO_CACHE, task_run_name="{cell_key}/trial-{number}")
@@ -111,11 +120,11 @@ def checkpoint_path(grid: GridSettings, c: Cell, number: int) -> str:
                         f"trial-{number}.pt")
 
 
-def trial_callbacks(*, worklog: WorkLog, logger: MlflowTrialLogger, target: TargetStop,
+def trial_callbacks(*, worklog: WorkLog, logger: MlflowTrialLogger,
                     pruner: PruningReporter) -> list[TrialCallback]:
     """The callbacks a trial composes, in the order they see each record (a new trial
-    callback is added here): the work log, MLflow, then the two that may stop training."""
-    return [WorkLogWriter(worklog, logger.log_resumed_attempt), logger, target, pruner]
+    callback is added here): the work log, MLflow, then the one that may stop training."""
+    return [WorkLogWriter(worklog, logger.log_resumed_attempt), logger, pruner]
 
 
 def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: dict[str, Any],
@@ -124,12 +133,14 @@ def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: d
     ds = load_dataset(grid.dataset, seed=grid.seed)
     data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
     study = open_study(grid, c, n_train=len(ds.y_train))
-    config = CalibrationKeeper(study).resolve(trial_config(grid, c, params, ds), data)
+    bound = best_value(study) if grid.pruner != "none" else None
+    config = CalibrationKeeper(study).resolve(
+        trial_config(grid, c, params, ds, bound=bound), data)
     worklog = WorkLog(grid.run_dir, c.key, number)
-    target = TargetStop(grid.target_for(c.model))
-    pruner = PruningReporter(trial_handle(study, trial_id))
-    callback = compose(trial_callbacks(worklog=worklog, logger=logger, target=target,
-                                       pruner=pruner))
+    target = grid.target_for(c.model)
+    pruner = PruningReporter(trial_handle(study, trial_id), target=target,
+                             every_examples=round(grid.eval_every * len(ds.y_train)))
+    callback = compose(trial_callbacks(worklog=worklog, logger=logger, pruner=pruner))
     heartbeat = Heartbeat(session.leases, lease_key or f"{study.study_name}#{number}",
                           session.key)
     try:
@@ -152,16 +163,19 @@ def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: d
 
 
 def _outcome(state: TrainState, *, number: int, params: dict[str, Any],
-             logger: MlflowTrialLogger, target: TargetStop, pruned: bool,
+             logger: MlflowTrialLogger, target: float, pruned: bool,
              work: dict[str, Any]) -> TrialResult:
-    """The trial's result from its final state; its MLflow run ends accordingly."""
+    """The trial's result from its final state; its MLflow run ends accordingly. A trial
+    stopped by its simulated-time bound is PRUNED: it could not beat the cell's best."""
     if state.interrupted:
         logger.end("KILLED")
         return TrialResult(number, TrialState.INTERRUPTED, params, run_id=logger.run_id,
                            reason=state.stopped or "interrupted")
-    value, reached, best = objective(state.history, target=target.target)
-    result = TrialResult(number, TrialState.PRUNED if pruned else TrialState.COMPLETE, params,
-                         value=value, run_id=logger.run_id, reached=reached,
-                         best_accuracy=best)
+    value, reached, best = objective(state.history, target=target)
+    bounded = not reached and state.stopped == STOPPED_BY_BOUND
+    result = TrialResult(number, TrialState.PRUNED if pruned or bounded else TrialState.COMPLETE,
+                         params, value=value, run_id=logger.run_id, reached=reached,
+                         best_accuracy=best, examples_seen=state.examples_seen,
+                         reason=state.stopped or "")
     logger.finish(result, state, work)
     return result

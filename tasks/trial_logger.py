@@ -13,12 +13,12 @@ from tasks.results import TrialResult
 __all__ = ["MlflowTrialLogger", "UPDATE_METRICS"]
 
 UPDATE_METRICS = ("loss", "batch_size", "lr", "damping", "n_workers", "examples_seen",
-                  "time_elapsed", "time_sim", "time_compute", "time_comm")
+                  "time_elapsed", "time_sim", "time_compute", "time_comm", "time_damper")
 
 
 class MlflowTrialLogger:
     """Logs a trial to its MLflow run: update metrics every ``metrics_every`` updates and at
-    every change of batch size or ranks, evaluation metrics (flushed at once), the work each
+    every change of batch size or ranks, evaluation metrics (sent every few seconds), the work each
     resumed attempt redoes, final metrics, the state tag and the plots.
 
     The run is created once and found again on a rerun (same trial number → same run).
@@ -55,7 +55,6 @@ class MlflowTrialLogger:
             self.metrics.add({"test_accuracy": record.test_accuracy,
                               "test_loss": record.test_loss,
                               "eval_time_sim": record.time_sim}, step=record.update)
-            self.metrics.flush()
 
     def log_resumed_attempt(self, started: dict[str, Any]) -> None:
         """What a resumed attempt redoes: the work its dead predecessor lost."""

@@ -48,18 +48,56 @@ def test_named_profiles_from_the_paper():
     assert PROFILES["centralized"].mode == "centralized"
     custom = get_profile("custom:10:5:tree")
     assert (custom.bandwidth_gbps, custom.latency_us, custom.algorithm) == (10, 5, "tree")
+    assert (custom.overhead_ms, custom.overhead_per_rank_ms) == (0.0, 0.0)
 
 
 def test_paper_reference_update_time():
     """WRN-16-4 on a T4: 78.3 ms per 128 examples, 11 ms overhead."""
-    cost = CostModel(get_profile("decentralized-moderate"), 2_750_000, 0.612e-3, overhead=11e-3)
+    net = get_profile("decentralized-moderate").with_overhead(11.0, 0.0)
+    cost = CostModel(net, 2_750_000, 0.612e-3)
     assert cost.update_seconds(batch_size=128, n_ranks=1) == pytest.approx(0.0893, rel=1e-3)
     assert cost.update_seconds(batch_size=640, n_ranks=5) > cost.update_seconds(
         batch_size=128, n_ranks=1)
 
 
+def test_profiles_charge_the_papers_orchestration_overhead_per_rank():
+    """16 ms + 3.3 ms per rank and update (the AdaDamp paper's simulations), on top of the
+    compute and the exchange; it makes many ranks stop paying."""
+    for name in PROFILES:
+        net = PROFILES[name]
+        assert (net.overhead_ms, net.overhead_per_rank_ms) == (16.0, 3.3)
+        assert net.overhead_seconds(8) == pytest.approx(16e-3 + 8 * 3.3e-3)
+    cost = CostModel(PROFILES["decentralized-high"], 1_000, 1e-5)
+    bare = CostModel(PROFILES["decentralized-high"].with_overhead(0.0, 0.0), 1_000, 1e-5)
+    for p in (1, 4, 16):
+        assert cost.update_seconds(batch_size=32 * p, n_ranks=p) - bare.update_seconds(
+            batch_size=32 * p, n_ranks=p) == pytest.approx((16 + 3.3 * p) * 1e-3)
+    # per example, 16 ranks at 512 cost less than 1 rank at 32, but 16x the ranks cost more
+    # than 16x the examples would alone: the per-rank term
+    assert cost.update_seconds(batch_size=512, n_ranks=16) / 512 < cost.update_seconds(
+        batch_size=32, n_ranks=1) / 32
+    assert get_profile("custom:10:5:ring:2:1").overhead_seconds(3) == pytest.approx(5e-3)
+    assert get_profile("custom:10:5").overhead_seconds(3) == 0.0
+    with pytest.raises(ConfigError, match="overhead_per_rank_ms"):
+        get_profile("custom:10:5:ring:2:-1")
+
+
+def test_damper_work_is_charged_across_the_ranks():
+    """AdaDamp's loss pass: a forward of its share per rank, an all-reduce of one number and
+    one orchestration overhead; RadaDamp's norm: its measured seconds."""
+    net = PROFILES["decentralized-moderate"]
+    cost = CostModel(net, 1_000, 3e-5, forward_per_example=1e-5, forward_fixed=2e-4,
+                     compute_norm=5e-5)
+    plain = cost.update_seconds(batch_size=64, n_ranks=4)
+    with_pass = cost.update_seconds(batch_size=64, n_ranks=4, damper_examples=1024)
+    assert with_pass - plain == pytest.approx(
+        2e-4 + 256 * 1e-5 + net.comm_seconds(4, 8) + net.overhead_seconds(4))
+    assert cost.update_seconds(batch_size=64, n_ranks=4, norm=True) - plain == pytest.approx(
+        5e-5)
+
+
 def test_schedule_replay_counts_updates_and_ranks():
-    cost = CostModel(get_profile("decentralized-high"), 1000, 1e-3)
+    cost = CostModel(get_profile("decentralized-high").with_overhead(0.0, 0.0), 1000, 1e-3)
     rows = simulate_schedule(parse_schedule("2x100, 1x1000"), examples=1050, cost=cost,
                              per_worker_batch=128)
     assert [r["updates"] for r in rows] == [2 * 11, 2 * 11 + 2]
@@ -89,7 +127,7 @@ def test_time_to_target_reached_and_not_reached():
         {"kind": "eval", "test_accuracy": 0.8, "time_elapsed": 2.0, "update": 2,
          "examples_seen": 20},
     ]
-    cost = CostModel(get_profile("decentralized-high"), 10, 0.1)
+    cost = CostModel(get_profile("decentralized-high").with_overhead(0.0, 0.0), 10, 0.1)
     hit = time_to_target(history, cost, target=0.7)
     assert hit.reached and hit.simulated_seconds == pytest.approx(2.0) and hit.update == 2
     miss = time_to_target(history, cost, target=0.9)
@@ -138,6 +176,12 @@ def test_simulate_cli_json_for_every_profile(tmp_path):
     by = {r["profile"]: r["seconds"] for r in rows}
     assert by["decentralized-high"] < by["decentralized-moderate"] < by["centralized"]
     assert (tmp_path / "p.png").stat().st_size > 10_000
+    assert all((r["overhead_ms"], r["overhead_per_rank_ms"]) == (11.0, 3.3) for r in rows)
+    out = simulate("--schedule", "60x128", "--examples", "50000", "--params", "2750000",
+                   "--compute-ms-per-example", "0.612", "--per-worker-batch", "128",
+                   "--overhead-ms", "0", "--overhead-per-rank-ms", "0")
+    assert out.returncode == 0, out.stderr
+    assert "overhead 0 ms + 0 ms per rank per update" in out.stdout
 
 
 def test_simulate_cli_history_from_checkpoint(blobs, tmp_path):
