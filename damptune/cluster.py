@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
@@ -148,12 +149,39 @@ def scatter_data(client: Client, data: TrainData, *, again: bool = False) -> Any
     return _SCATTERED[key]
 
 
-def gather_within(futures: list[Any], *, timeout: float, what: str) -> list[Any]:
-    """Results of ``futures`` in order, or ClusterError if they take longer than ``timeout``."""
+def gather_within(futures: list[Any], *, timeout: float, what: str,
+                  client: Client | None = None, workers: list[str] | None = None) -> list[Any]:
+    """Results of ``futures`` in order. Raises the first error a future raised as soon as it
+    does (not after earlier futures finish), :class:`ClusterError` if one of ``workers`` (the
+    workers the futures run on) left the cluster — its future would wait for it for ever — or
+    if they take longer than ``timeout``."""
     deadline = time.monotonic() + timeout
-    try:
-        return [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
-    except TimeoutError as exc:
+    changed = threading.Event()
+    for f in futures:
+        f.add_done_callback(lambda _: changed.set())
+    waited = 0.0
+    while True:
+        changed.clear()
         for f in futures:
-            f.cancel()
-        raise ClusterError(f"{what}: ranks did not answer within timeout={timeout} s") from exc
+            if f.status == "error":
+                f.result()  # raises the rank's own error
+        if all(f.status == "finished" for f in futures):
+            return [f.result() for f in futures]
+        if time.monotonic() >= deadline:
+            _cancel(futures)
+            raise ClusterError(f"{what}: ranks did not answer within timeout={timeout} s")
+        if not changed.wait(min(_POLL_SECONDS, max(0.0, deadline - time.monotonic()))):
+            waited += _POLL_SECONDS
+            if client is not None and workers and waited >= 2 * _POLL_SECONDS:
+                gone = sorted(set(workers) - set(worker_addresses(client)))
+                if gone:
+                    _cancel(futures)
+                    raise ClusterError(f"{what}: worker(s) {gone} left the cluster")
+
+
+_POLL_SECONDS = 1.0  # how often a wait looks for errors and lost workers
+
+
+def _cancel(futures: list[Any]) -> None:
+    for f in futures:
+        f.cancel()

@@ -78,6 +78,9 @@ class TrainConfig:
     checkpoint_every: int | None = None  # updates (None: only at the end)
     checkpoint_seconds: float | None = None  # seconds of training between checkpoints
     checkpoint_keep: int = 2  # generations kept (an unreadable newest one falls back)
+    # seconds of training after which the ranks end a segment and report to the driver (it
+    # sees progress, stop requests and preemption notices between segments)
+    flush_seconds: float = 1.0
     seed: int = 0
     mode: str = "local"
     device: str = "cpu"
@@ -138,7 +141,7 @@ class TrainConfig:
             raise ConfigError(
                 "min_workers", self.min_workers, f"at most max_workers={self.max_workers}"
             )
-        for name in ("lr", "max_epochs", "eval_every", "timeout"):
+        for name in ("lr", "max_epochs", "eval_every", "timeout", "flush_seconds"):
             positive_float(name, getattr(self, name))
         if self.checkpoint_seconds is not None:
             positive_float("checkpoint_seconds", self.checkpoint_seconds,

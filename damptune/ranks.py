@@ -55,7 +55,7 @@ from damptune.worker import forget, registry
 __all__ = ["RankOps", "open_store", "rank_setup", "rank_advance", "rank_checkpoint",
            "rank_teardown", "SYNC_REASONS"]
 
-FLUSH_SECONDS = 1.0  # rank 0 ends a segment after this long, so progress reaches the driver
+FLUSH_SECONDS = 1.0  # default config.flush_seconds: the longest segment before rank 0 reports
 # The longest a rank waits in one collective (at most the run's ``timeout``). A rank waits for
 # the slowest one's update, and a waiting rank for one segment (~FLUSH_SECONDS plus an update
 # and an evaluation). When a rank's worker is lost, the ranks still waiting for it (gloo sees
@@ -81,6 +81,7 @@ class RankOps(StepHere):
         self.group: Any = None  # their subgroup (None: the whole group, or one process)
         self.segment_start = time.perf_counter()
         self.checkpoint_seconds = checkpoint_seconds
+        self.flush_seconds = FLUSH_SECONDS
         self.checkpoint_clock = time.monotonic()
 
     def _mine(self, shares: list[np.ndarray]) -> np.ndarray:
@@ -96,7 +97,7 @@ class RankOps(StepHere):
             self.checkpoint_seconds
         ):
             return FLAG_CHECKPOINT
-        return FLAG_FLUSH if now - self.segment_start > FLUSH_SECONDS else FLAG_NONE
+        return FLAG_FLUSH if now - self.segment_start > self.flush_seconds else FLAG_NONE
 
     def _all_reduce(self, values: torch.Tensor) -> torch.Tensor:
         if self.procs > 1:
@@ -206,6 +207,7 @@ def rank_setup(
     reg["state"], reg["groups"] = state, {}
     reg["ops"] = _ops_class(config)(state.model, data.to(device), rank, world,
                                     config.checkpoint_seconds)
+    reg["ops"].flush_seconds = config.flush_seconds
     _activate(reg, n_ranks)
     return rank
 
@@ -267,13 +269,26 @@ def rank_advance(group_key: str) -> tuple[str, list[dict[str, Any]], dict[str, A
     ops: RankOps = reg["ops"]
     ops.segment_start = time.perf_counter()
     state.history = []
-    reason = _segment(reg)
+    try:
+        reason = _segment(reg)
+    except BaseException:
+        _abort(group_key)
+        raise
     if reason == CHECKPOINT:
         ops.checkpoint_clock = time.monotonic()
     if ops.rank != 0:
         return reason, [], None
     ckpt = rank_checkpoint_of(state) if reason in SYNC_REASONS else None
     return reason, state.history, ckpt
+
+
+def _abort(group_key: str) -> None:
+    """A collective failed (a peer died or timed out): leave the group at once. Closing this
+    rank's connections fails the collectives its live peers wait in, so the whole group is
+    freed in moments, not after ``COLLECTIVE_SECONDS``, and the driver can re-form it."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    forget(group_key)
 
 
 def rank_checkpoint(group_key: str) -> dict[str, Any]:

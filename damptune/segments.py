@@ -68,8 +68,10 @@ class SegmentRunner:
         self.synced_len = 0  # history records the last synced state covers
         self.recoveries = 0
 
-    def _wait(self, futures: list[Any], what: str) -> list[Any]:
-        return gather_within(futures, timeout=self.config.timeout, what=what)
+    def _wait(self, futures: list[Any], what: str, *, timeout: float | None = None) -> list[Any]:
+        """The ranks' results; a rank's error, or the loss of a rank's worker, at once."""
+        return gather_within(futures, timeout=timeout or self.config.timeout, what=what,
+                             client=self.client, workers=list(self.ranks))
 
     def _submit(self, rank: int, fn: Any, *args: Any) -> Any:
         return self.client.submit(
@@ -165,11 +167,15 @@ class SegmentRunner:
         self.data_future = scatter_data(self.client, self.data)  # again if its holders died
 
     def teardown(self, timeout: float | None = None) -> None:
+        """Release the ranks. A rank whose worker left or does not answer holds nothing this
+        run still needs: that is logged, not raised."""
         if self.group_key is None:
             return
         futures = [self._submit(r, rank_teardown, self.group_key) for r in range(len(self.ranks))]
         try:
-            gather_within(futures, timeout=timeout or self.config.timeout, what="teardown")
+            self._wait(futures, "teardown", timeout=timeout)
+        except ClusterError as exc:
+            log.info("teardown of group %s: %s", self.group_key, exc)
         finally:
             self.group_key, self.ranks = None, []
 

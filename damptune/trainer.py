@@ -370,6 +370,8 @@ def _run(state: TrainState, runner: Runner, emit: Emit, stop_reason: StopReason,
                 if reason == CHECKPOINT:
                     state.preempted = False
                     checkpoints.save(state)
+                    if stop_reason() is not None:  # ranks: asked at every boundary
+                        reason = INTERRUPTED
                 if reason == INTERRUPTED:
                     state.interrupted = True
                     state.stopped = f"interrupted: {stop_reason()}"

@@ -55,10 +55,10 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(blobs, tmp_path, caplo
 
 @pytest.mark.parametrize("mode", ["local", "centralized", "decentralized"])
 def test_interrupted_run_resumes_identically(blobs, scheduler, tmp_path, mode):
-    """The driver of the ranks is asked between segments (evaluations, ~1 s), the local loop
-    after every update."""
+    """The driver of the ranks is asked between segments (checkpoints, ~1 s flushes), the
+    local loop after every update."""
     data = data_of(blobs)
-    kw = {**KW, "max_epochs": 6}
+    kw = {**KW, "max_epochs": 6, "checkpoint_every": 10}
     whole = train(config(mode, 4, **kw), data, cluster=scheduler)
     path = str(tmp_path / "c.pt")
     calls = []
@@ -210,7 +210,8 @@ def test_sigterm_to_a_worker_checkpoints_retires_it_and_the_run_continues(
     address = fragile_cluster.scheduler_address
     with Client(address, timeout="10s") as client:
         client.register_plugin(PreemptionPlugin())
-    kw = {**KW, "max_epochs": 12, "checkpoint_seconds": 3600.0}  # no checkpoint but the notice's
+    # no checkpoint but the notice's; segments of 0.05 s, so the driver sees the notice mid-run
+    kw = {**KW, "max_epochs": 12, "checkpoint_seconds": 3600.0, "flush_seconds": 0.05}
     whole = train(config(mode, 2, **kw), data, cluster=address)
     ckpts = str(tmp_path / "c.pt")
     saved = []
