@@ -270,13 +270,17 @@ def _boundary(state: TrainState, ops: Ops, *, flag: int, n_ranks: int, emit: Emi
     """After an update: evaluate when due (training ends at the target accuracy); the
     boundary the driver must handle, if any."""
     cfg = state.config
-    if eval_due(state):
+    regular = regular_eval_due(state)
+    if regular or eval_due(state):
         record = evaluate(state, ops, emit=emit, n_ranks=n_ranks)
         if cfg.target_accuracy is not None and record.test_accuracy >= cfg.target_accuracy:
             state.target_reached = True
             return TARGET
     if cfg.max_time_sim is not None and state.time_sim >= cfg.max_time_sim:
         return MAX_TIME_SIM
+    if regular and ops.world_size is not None:
+        return FLUSH  # ranks: the driver sees the regular evaluation now (its callbacks, the
+        # pruner); the dense ones that resolve the target travel with the next segment
     if cfg.checkpoint_every and state.update % cfg.checkpoint_every == 0:
         return CHECKPOINT
     if flag == FLAG_CHECKPOINT or (  # ranks: rank 0's clock, in the exchange
@@ -291,12 +295,18 @@ def _boundary(state: TrainState, ops: Ops, *, flag: int, n_ranks: int, emit: Emi
     return None
 
 
+def regular_eval_due(state: TrainState) -> bool:
+    """A regular evaluation is due after this update: every ``eval_every`` epochs and at the
+    end of training."""
+    return state.finished() or state.epoch >= state.next_eval * state.config.eval_every
+
+
 def eval_due(state: TrainState) -> bool:
-    """An evaluation is due after this update: at the end of training, every ``eval_every``
-    epochs, when the examples seen have grown by ``eval_resolution`` since the last, and after
-    every update while the last was within ``eval_dense_margin`` below the target."""
+    """An evaluation is due after this update: a regular one, or a dense one (when the
+    examples seen have grown by ``eval_resolution`` since the last, and after every update
+    while the last was within ``eval_dense_margin`` below the target)."""
     cfg = state.config
-    if state.finished() or state.epoch >= state.next_eval * cfg.eval_every:
+    if regular_eval_due(state):
         return True
     growth = cfg.eval_resolution
     if growth > 0 and state.examples_seen >= (1 + growth) * state.last_eval_examples:
