@@ -229,3 +229,28 @@ def test_cuda_without_gpus_fails_before_training_naming_device(blobs, scheduler,
     assert seen == []
     with pytest.raises(ConfigError, match=r"device='cuda'.*sees 0 CUDA"):
         train(config("local", 1, device="cuda"), TrainData.from_arrays(X, y, Xt, yt))
+
+
+def test_the_drivers_placement_reaches_the_ranks_and_its_note_the_user(blobs, scheduler, probe,
+                                                                      monkeypatch):
+    """The driver asks each rank's worker (one report per rank, from that worker), decides,
+    warns with the decision's note, and every rank applies its device and the backend."""
+    import damptune.segments as segments
+
+    asked = []
+
+    def decide(device, reports, **kw):
+        asked.append([r.address for r in reports])
+        return Placement(("cpu", "cpu"), "gloo", "2 ranks on 1 GPU: NCCL needs one GPU per "
+                         "rank; using gloo")
+
+    monkeypatch.setattr(segments, "place_ranks", decide)
+    X, y, Xt, yt = blobs
+    with pytest.warns(UserWarning, match="2 ranks on 1 GPU: NCCL needs one GPU per rank"):
+        train(config("decentralized", 2, device="auto", max_epochs=1, compute_per_example=1e-4,
+                     compute_fixed=0.0), TrainData.from_arrays(X, y, Xt, yt), cluster=scheduler,
+              callback=probe)
+    with Client(scheduler, timeout="10s", set_as_default=False) as client:
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    assert asked == [workers[:2]]  # once per formation, rank r's report from its worker
+    assert [r[:4] for r in probe.ranks] == [(0, "cpu", "cpu", "gloo"), (1, "cpu", "cpu", "gloo")]
