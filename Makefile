@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run smoke stack-up stack-down stack-status deploy test test-fast lint bench \
+.PHONY: help setup setup-gpu run smoke stack-up stack-down stack-status deploy test test-fast lint bench \
 	accuracy clean
 
 help: ## list the targets
@@ -20,6 +20,17 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP) ## create .venv and install damptune with its pinned dependencies
+
+# pip takes a wheel from find-links first (here /opt/wheels holds torch 2.13.0+cpu, set in
+# pip's config file); an empty PIP_FIND_LINKS does not override the config, an empty directory
+# does, so pip goes to the index (PyPI), whose torch 2.13.0 Linux wheel is the CUDA 13.0 build
+NO_LINKS := $(CURDIR)/$(VENV)/.no-find-links
+setup-gpu: $(STAMP) ## replace the CPU torch by PyPI's CUDA build of torch 2.13.0 (GPU machines)
+	mkdir -p $(NO_LINKS)
+	PIP_FIND_LINKS=$(NO_LINKS) $(BIN)/pip install -q --force-reinstall --no-deps "torch==2.13.0"
+	PIP_FIND_LINKS=$(NO_LINKS) $(BIN)/pip install -q "torch==2.13.0"  # its nvidia-* packages
+	$(BIN)/python -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, \
+		'GPUs', torch.cuda.device_count())"
 
 run: $(STAMP) ## the main job: stack up, deploy, run tune/grid, wait, print summary and UIs
 	$(BIN)/python -m infra.main --grid grid

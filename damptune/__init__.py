@@ -3,6 +3,7 @@
 from damptune.checkpoint import load_checkpoint, save_checkpoint
 from damptune.config import TrainConfig
 from damptune.dampers import DAMPERS, Damper, Param, Progress, Step, get_damper
+from damptune.devices import Placement, WorkerReport, place_ranks
 from damptune.errors import CheckpointError, ClusterError, ConfigError, DamptuneError, StopTraining
 from damptune.estimator import DampedClassifier
 from damptune.records import EvalRecord, Record, ResumeRecord, UpdateRecord
@@ -19,6 +20,7 @@ __all__ = [
     "DamptuneError",
     "EvalRecord",
     "Param",
+    "Placement",
     "Progress",
     "Record",
     "ResumeRecord",
@@ -28,9 +30,11 @@ __all__ = [
     "TrainData",
     "TrainState",
     "UpdateRecord",
+    "WorkerReport",
     "calibrate",
     "get_damper",
     "load_checkpoint",
+    "place_ranks",
     "save_checkpoint",
     "train",
 ]

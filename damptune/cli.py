@@ -51,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local, centralized or decentralized")
     t.add_argument("--scheduler", default=None,
                    help="address of a running Dask scheduler (default: start a LocalCluster)")
-    t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (each rank on "
+                   "its worker's GPU; NCCL when every rank has its own)")
+    t.add_argument("--share-gpus", action="store_true",
+                   help="let ranks share a GPU (then gloo); without it that is an error")
+    t.add_argument("--micro-batch", type=int, default=None,
+                   help="examples per forward+backward pass of a rank (default: "
+                   "--per-worker-batch); bounds GPU memory")
     t.add_argument("--eval-every", type=float, default=1.0, help="epochs between evaluations")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--checkpoint", default=None, help="checkpoint path or fsspec URL")
@@ -103,7 +109,8 @@ def _classifier(args: argparse.Namespace, callback: Callable[[Record], None]) ->
         max_batch_size=args.max_batch_size, per_worker_batch=args.per_worker_batch,
         min_workers=args.min_workers, max_workers=args.workers, max_epochs=args.epochs,
         max_updates=args.max_updates, eval_every=args.eval_every, mode=args.mode,
-        cluster=args.scheduler, device=args.device, seed=args.seed,
+        cluster=args.scheduler, device=args.device, share_gpus=args.share_gpus,
+        micro_batch=args.micro_batch, seed=args.seed,
         checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds, resume=args.resume, profile=args.profile,
         callback=callback, **{f"batch_size__{k}": v for k, v in args.param},

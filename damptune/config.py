@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from damptune.dampers import Damper, get_damper
+from damptune.devices import BACKENDS, parse_device
 from damptune.errors import ConfigError
 from damptune.imports import import_path, resolve
 from damptune.netmodel import CostModel, get_profile
@@ -60,6 +61,9 @@ class TrainConfig:
     damper_kwargs: dict[str, Any] = field(default_factory=dict)
     max_batch_size: int = 1024  # examples; the cap of the cap-then-decay rule
     per_worker_batch: int = 128  # examples per rank at which another rank is added
+    # examples per forward+backward pass: a rank's larger share is computed in micro-batches
+    # whose gradients add up (None: per_worker_batch); bounds a rank's memory, not its math
+    micro_batch: int | None = None
     min_workers: int = 1
     max_workers: int = 8
     max_epochs: float = 10.0
@@ -83,8 +87,11 @@ class TrainConfig:
     flush_seconds: float = 1.0
     seed: int = 0
     mode: str = "local"
-    device: str = "cpu"
-    backend: str = "gloo"
+    device: str = "cpu"  # 'cpu', 'cuda', 'cuda:N' or 'auto' (damptune.devices)
+    # the ranks' process group: 'auto' (NCCL when every rank has a GPU of its own, else
+    # gloo), 'gloo' or 'nccl'
+    backend: str = "auto"
+    share_gpus: bool = False  # let ranks share a GPU (then gloo); else an error
     train_loss_examples: int = 1024  # size of the fixed training subset for AdaDamp's F(w)
     n_train: int = 0  # set from the data
     # network cost model (damptune.netmodel): the records' simulated time `time_sim`
@@ -126,7 +133,13 @@ class TrainConfig:
             forward_per_example=self.compute_forward_per_example,
             forward_fixed=self.compute_forward_fixed or 0.0,
             compute_norm=self.compute_norm or 0.0,
+            micro_batch=self.micro_batch_size,
         )
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Examples per forward+backward pass (``micro_batch``, default ``per_worker_batch``)."""
+        return int(self.micro_batch or self.per_worker_batch)
 
     def make_damper(self) -> Damper:
         return get_damper(self.damper, **self.damper_kwargs)
@@ -146,7 +159,7 @@ class TrainConfig:
         if self.checkpoint_seconds is not None:
             positive_float("checkpoint_seconds", self.checkpoint_seconds,
                            "a positive number of seconds")
-        for name in ("max_updates", "checkpoint_every"):
+        for name in ("max_updates", "checkpoint_every", "micro_batch"):
             if getattr(self, name) is not None:
                 positive_int(name, getattr(self, name))
         damper = self.make_damper()
@@ -157,8 +170,7 @@ class TrainConfig:
                 self.max_batch_size,
                 f"at least the initial batch size batch_size__initial={damper.initial}",
             )
-        if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
-            raise ConfigError("device", self.device, "'cpu', 'cuda', 'cuda:N' or 'auto'")
+        parse_device(self.device)
         get_profile(self.profile)
         for name in ("compute_per_example", "compute_fixed", "compute_forward_per_example",
                      "compute_forward_fixed", "compute_norm", "overhead", "overhead_per_rank"):
@@ -172,7 +184,11 @@ class TrainConfig:
             positive_float("max_time_sim", self.max_time_sim, "a positive number of seconds")
         if self.target_accuracy is not None:
             number_in("target_accuracy", self.target_accuracy, 0, 1, "an accuracy in (0, 1]")
-        choice("backend", self.backend, ("gloo", "nccl"))
+        choice("backend", self.backend, BACKENDS)
+        if not isinstance(self.share_gpus, bool):
+            raise ConfigError("share_gpus", self.share_gpus, "True or False")
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ConfigError("backend", self.backend, "'auto' or 'gloo' with device='cpu'")
 
 
 def cap_for(n_workers: int, per_worker_batch: int) -> int:

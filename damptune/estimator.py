@@ -36,7 +36,7 @@ _PREFIXES = ("module__", "optimizer__", "batch_size__")
 _PASSED_THROUGH = (
     "per_worker_batch", "min_workers", "max_workers", "max_epochs", "max_updates",
     "eval_every", "checkpoint_every", "checkpoint_seconds", "checkpoint_keep", "seed", "mode",
-    "device", "timeout", "profile", "overhead",
+    "device", "timeout", "profile", "overhead", "micro_batch", "share_gpus",
 )
 
 
@@ -58,12 +58,17 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         max_batch_size: the cap in examples (default ``max_workers × per_worker_batch``).
         per_worker_batch: examples per rank; ranks ``P = clip(ceil(B / per_worker_batch),
             min_workers, max_workers)``.
+        micro_batch: examples per forward+backward pass of a rank (default
+            ``per_worker_batch``): a larger share is summed over micro-batches.
         max_epochs: passes over the training set.
         max_updates: stop after this many model updates in all (None: no limit).
         eval_every: epochs between evaluations on ``eval_set``.
         mode: ``"local"`` (one process), ``"centralized"`` or ``"decentralized"``.
         cluster: None (a LocalCluster of ``max_workers`` made for each fit), a scheduler address,
             a ``distributed.Client`` or a Dask cluster.
+        device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``; each rank on its worker's GPU, NCCL
+            between ranks with a GPU each (:mod:`damptune.devices`).
+        share_gpus: let ranks share a GPU (then gloo); else that is an error.
         checkpoint_path: local path or fsspec URL of the checkpoint.
         checkpoint_every: updates between checkpoints (None: only at the end).
         checkpoint_seconds: seconds of training between checkpoints (and on SIGTERM).
@@ -105,6 +110,8 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         profile: str = "decentralized-moderate",
         compute_per_example: float | None = None,
         overhead: float = 0.0,
+        micro_batch: int | None = None,
+        share_gpus: bool = False,
         **kwargs: Any,
     ) -> None:
         self.module = module
@@ -131,7 +138,7 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         self.timeout = timeout
         self.profile = profile
         self.compute_per_example = compute_per_example
-        self.overhead = overhead
+        self.overhead, self.micro_batch, self.share_gpus = overhead, micro_batch, share_gpus
         _check_prefixed(kwargs)
         self.__dict__.update(kwargs)
 
@@ -184,7 +191,7 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
             damper_kwargs=damper.get_params(),
             max_batch_size=max_batch,
             **{name: getattr(self, name) for name in _PASSED_THROUGH},
-            backend="nccl" if self.device != "cpu" and torch.cuda.is_available() else "gloo",
+            # backend 'auto': the ranks' placement chooses (damptune.devices.choose_backend)
             n_train=len(data.y),
             compute_per_example=self.compute_per_example,
             compute_fixed=None if self.compute_per_example is None else 0.0,

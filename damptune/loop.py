@@ -78,22 +78,29 @@ class Ops(Protocol):
 
 
 def shard_forward(
-    model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, idx: np.ndarray, *, grad: bool
+    model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, idx: np.ndarray, *, grad: bool,
+    micro_batch: int | None = None,
 ) -> float:
     """Sum of the cross-entropy losses of examples ``idx``; with ``grad`` its gradient is left
-    in ``.grad`` (zeros for an empty shard)."""
+    in ``.grad`` (zeros for an empty shard). ``micro_batch``: at most that many examples per
+    forward+backward pass, their gradients added up in ``.grad`` (the same sum, up to float
+    summation order; memory for ``micro_batch`` examples, not ``len(idx)``); None: one pass."""
     model.zero_grad(set_to_none=False)
     if len(idx) == 0:
         for p in model.parameters():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         return 0.0
-    index = torch.as_tensor(idx, device=X.device)
-    with torch.set_grad_enabled(grad):
-        loss = F.cross_entropy(model(X[index]), y[index], reduction="sum")
-    if grad:
-        loss.backward()
-    return float(loss.detach())
+    size = micro_batch or len(idx)
+    total = torch.zeros((), dtype=torch.float64, device=X.device)
+    for start in range(0, len(idx), size):
+        index = torch.as_tensor(idx[start : start + size], device=X.device)
+        with torch.set_grad_enabled(grad):
+            loss = F.cross_entropy(model(X[index]), y[index], reduction="sum")
+        if grad:
+            loss.backward()
+        total += loss.detach()
+    return float(total)
 
 
 def shard_evaluate(
@@ -139,13 +146,14 @@ class LocalOps(StepHere):
 
     world_size = None
 
-    def __init__(self, model: torch.nn.Module, data: TrainData) -> None:
-        self.model, self.data = model, data
+    def __init__(self, model: torch.nn.Module, data: TrainData, *,
+                 micro_batch: int | None = None) -> None:
+        self.model, self.data, self.micro_batch = model, data, micro_batch
 
     def gradient(self, shares: list[np.ndarray]) -> tuple[float, float, float, int]:
         t0 = time.perf_counter()
         loss = shard_forward(self.model, self.data.X, self.data.y, np.concatenate(shares),
-                             grad=True)
+                             grad=True, micro_batch=self.micro_batch)
         return loss, time.perf_counter() - t0, 0.0, FLAG_NONE
 
     def loss(self, shares: list[np.ndarray]) -> float:

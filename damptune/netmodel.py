@@ -3,8 +3,18 @@
 Time of one model update with global batch ``B`` on ``P`` ranks::
 
     t(B, P) = compute(⌈B/P⌉) + comm(P) + overhead(P) [+ damper(P)]
-    compute(n)  = compute_fixed + n · compute_per_example      (calibrated, or given)
+    compute(n)  = ⌈n/m⌉ · compute_fixed + n · compute_per_example   (calibrated, or given)
     overhead(P) = overhead_fixed + overhead_per_rank · P        (a term of the network profile)
+
+**Micro-batches** (``m`` = ``micro_batch``, the config's ``micro_batch`` or
+``per_worker_batch``): a rank computes its share of ``n`` examples as the hardware runs it, in
+``⌈n/m⌉`` forward+backward passes of at most ``m`` examples whose gradients add up (a GPU holds
+the activations of ``m`` examples, not of ``n``), so each pass pays the fixed cost once. Where
+shares never exceed ``m`` (the tuning grid: ``P = ⌈B/per_worker_batch⌉`` and a batch-size cap
+of ``max_workers × per_worker_batch``) it is one pass, ``compute_fixed + n ·
+compute_per_example``, as before; a share grows past ``m`` when P is capped at
+``max_workers`` while ``B`` keeps growing (a cap above ``max_workers × per_worker_batch``).
+``micro_batch=None`` on a ``CostModel`` charges one pass whatever ``n`` (``damptune simulate``).
 
 with ``M = n_params × bytes_per_param`` bytes of gradients (or weights), link bandwidth ``β``
 (bytes/s) and per-message latency ``α`` (s):
@@ -214,13 +224,18 @@ class CostModel:
     forward_fixed: float = 0.0
     compute_norm: float = 0.0  # seconds of the gradient's squared norm (RadaDamp), per update
     bytes_per_param: int = 4
+    micro_batch: int | None = None  # examples per pass (None: a rank's share in one pass)
 
     @property
     def model_bytes(self) -> float:
         return float(self.n_params * self.bytes_per_param)
 
     def compute_seconds(self, batch_size: int, n_ranks: int) -> float:
-        return self.compute_fixed + math.ceil(batch_size / n_ranks) * self.compute_per_example
+        """One rank's share ``n = ⌈B/P⌉`` in ``⌈n/m⌉`` micro-batches: ``⌈n/m⌉ ·
+        compute_fixed + n · compute_per_example`` (one pass when ``micro_batch`` is None)."""
+        share = math.ceil(batch_size / n_ranks)
+        passes = max(1, math.ceil(share / self.micro_batch)) if self.micro_batch else 1
+        return passes * self.compute_fixed + share * self.compute_per_example
 
     def comm_seconds(self, n_ranks: int) -> float:
         return self.network.comm_seconds(n_ranks, self.model_bytes)

@@ -49,7 +49,7 @@ from damptune.loop import (
     shard_evaluate,
 )
 from damptune.loop import shard_forward as _shard_forward
-from damptune.state import TrainData, TrainState, resolve_device
+from damptune.state import TrainData, TrainState
 from damptune.worker import forget, registry
 
 __all__ = ["RankOps", "open_store", "rank_setup", "rank_advance", "rank_checkpoint",
@@ -73,9 +73,10 @@ class RankOps(StepHere):
 
     def __init__(
         self, model: torch.nn.Module, data: TrainData, rank: int, world: int,
-        checkpoint_seconds: float | None = None,
+        checkpoint_seconds: float | None = None, micro_batch: int | None = None,
     ) -> None:
         self.model, self.data, self.rank, self.world = model, data, rank, world
+        self.micro_batch = micro_batch  # examples per forward+backward pass (None: one)
         self.world_size = 1  # P: the ranks of the update (shares of the batch)
         self.procs = 1  # processes training now: min(P, world)
         self.group: Any = None  # their subgroup (None: the whole group, or one process)
@@ -108,7 +109,7 @@ class RankOps(StepHere):
         """(loss sum of this rank's shares with its gradient in ``.grad``, seconds, flag)."""
         t0 = time.perf_counter()
         loss = _shard_forward(self.model, self.data.X, self.data.y, self._mine(shares),
-                              grad=True)
+                              grad=True, micro_batch=self.micro_batch)
         t1 = time.perf_counter()
         return loss, t1 - t0, self._flag(t1)
 
@@ -187,26 +188,29 @@ def rank_setup(
     data: TrainData,
     ckpt: dict[str, Any],
     n_ranks: int,
+    device: str = "cpu",
+    backend: str = "gloo",
 ) -> int:
     """Join the group of ``world`` ranks, build this rank's state from the driver's
-    checkpoint dict, and train the next updates on ``n_ranks`` ranks."""
+    checkpoint dict, and train the next updates on ``n_ranks`` ranks; ``device`` and
+    ``backend`` are the driver's placement (:func:`damptune.devices.place_ranks`)."""
     reg = registry(group_key)
     timeout = datetime.timedelta(seconds=config.timeout)
     if dist.is_initialized():  # a group left behind by a driver that died: not ours any more
         dist.destroy_process_group()
     store = reg.get("store") or dist.TCPStore(host, port, is_master=False, timeout=timeout)
-    device = resolve_device(config, local_rank=rank)  # one GPU per rank (cuda:rank % count)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    placed = torch.device(device)
+    if placed.type == "cuda":
+        torch.cuda.set_device(placed)
     dist.init_process_group(
-        config.backend, store=dist.PrefixStore(group_key, store), rank=rank, world_size=world,
+        backend, store=dist.PrefixStore(group_key, store), rank=rank, world_size=world,
         timeout=datetime.timedelta(seconds=min(config.timeout, COLLECTIVE_SECONDS)),
     )
-    state = TrainState(config, device=device)
+    state = TrainState(config, device=placed)
     state.restore(ckpt)
     reg["state"], reg["groups"] = state, {}
-    reg["ops"] = _ops_class(config)(state.model, data.to(device), rank, world,
-                                    config.checkpoint_seconds)
+    reg["ops"] = _ops_class(config)(state.model, data.to(placed), rank, world,
+                                    config.checkpoint_seconds, config.micro_batch_size)
     reg["ops"].flush_seconds = config.flush_seconds
     _activate(reg, n_ranks)
     return rank

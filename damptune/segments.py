@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from distributed import Client
 
 from damptune.cluster import WorkerGroup, gather_within, scatter_data
 from damptune.config import TrainConfig, n_workers_for
+from damptune.devices import Placement, cpu_placement, place_ranks, worker_report
 from damptune.errors import ClusterError, DamptuneError
 from damptune.loop import Emit
 from damptune.ranks import (
@@ -79,24 +81,43 @@ class SegmentRunner:
         )
 
     def form(self, state: TrainState) -> None:
-        """Start a group of ``world`` ranks from the state's checkpoint."""
+        """Start a group of ``world`` ranks from the state's checkpoint, each on the device
+        the placement gives it."""
         self.teardown()
-        self.group_key = f"group-{uuid.uuid4().hex[:12]}"
         self.ranks = self.group.addresses[: self.world]
         if len(self.ranks) < self.world:
             raise ClusterError(f"{self.world} ranks need as many workers; the run has "
                                f"{len(self.ranks)}")
+        plan = self.placement()
+        self.group_key = f"group-{uuid.uuid4().hex[:12]}"
         ckpt = rank_checkpoint_of(state)
         (host, port), = self._wait(
             [self._submit(0, open_store, self.group_key, self.config.timeout)], "rendezvous"
         )
         futures = [
             self._submit(r, rank_setup, self.group_key, r, self.world, host, port, self.config,
-                         self.data_future, ckpt, self.n_ranks(state))
+                         self.data_future, ckpt, self.n_ranks(state), plan.devices[r],
+                         plan.backend)
             for r in range(self.world)
         ]
         self._wait(futures, f"forming a group of {self.world} ranks")
         self.synced, self.synced_len = True, len(state.history)
+
+    def placement(self) -> Placement:
+        """Each rank's device and the group's backend (:func:`damptune.devices.place_ranks`),
+        from what the ranks' workers report (one small task each; none on CPU)."""
+        if self.config.device == "cpu":
+            return cpu_placement(self.world, backend=self.config.backend)
+        reports = self._wait([self._submit(r, worker_report) for r in range(self.world)],
+                             "asking the workers for their GPUs")
+        plan = place_ranks(self.config.device, reports, share_gpus=self.config.share_gpus,
+                           backend=self.config.backend)
+        if plan.note:
+            log.warning("%s", plan.note)
+            warnings.warn(plan.note, stacklevel=2)
+        log.info("ranks on %s (backend %s)", ", ".join(
+            f"{d}@{r.host}" for d, r in zip(plan.devices, reports, strict=True)), plan.backend)
+        return plan
 
     def n_ranks(self, state: TrainState) -> int:
         """The P of the next update (a guess if it is not planned yet: the ranks switch)."""

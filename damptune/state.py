@@ -14,6 +14,7 @@ from torch import nn
 
 from damptune.config import TrainConfig, resolve
 from damptune.dampers import Damper, Step
+from damptune.devices import this_process_device
 from damptune.errors import CheckpointError
 from damptune.sampler import EpochSampler
 
@@ -58,15 +59,10 @@ class TrainData:
         return TrainData(X, y, move(self.X_test), move(self.y_test))
 
 
-def resolve_device(config: TrainConfig, local_rank: int = 0) -> torch.device:
-    """The torch device for this process: ``auto`` picks CUDA when present."""
-    if config.device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank % torch.cuda.device_count())
-        return torch.device("cpu")
-    if config.device == "cuda":
-        return torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
-    return torch.device(config.device)
+def resolve_device(config: TrainConfig) -> torch.device:
+    """The torch device of a run in this process (``local`` mode): ``auto`` picks CUDA when
+    present. Ranks get theirs from the driver's placement (:mod:`damptune.devices`)."""
+    return this_process_device(config.device)
 
 
 def build_model(config: TrainConfig) -> nn.Module:

@@ -3,6 +3,7 @@
 Example:
     >>> import numpy as np
     >>> from damptune.config import CALIBRATION_FIELDS, TrainConfig
+from damptune.devices import place_ranks, worker_report
     >>> from damptune.state import TrainData
     >>> rng = np.random.default_rng(0)
     >>> X, y = rng.normal(size=(64, 4)).astype("float32"), rng.integers(0, 2, 64)
@@ -31,11 +32,13 @@ from damptune.cluster import (
     ClusterWorkers,
     WorkerGroup,
     connect,
+    gather_within,
     scatter_data,
     scheduler_address,
     worker_addresses,
 )
 from damptune.config import CALIBRATION_FIELDS, TrainConfig
+from damptune.devices import place_ranks, worker_report
 from damptune.errors import ClusterError, ConfigError, StopTraining
 from damptune.loop import (
     CHECKPOINT,
@@ -112,11 +115,14 @@ def _with_n_train(config: TrainConfig, data: TrainData) -> TrainConfig:
     return dataclasses.replace(config, n_train=config.n_train or len(data.y))
 
 
-def calibrate(config: TrainConfig, data: TrainData) -> TrainConfig:
+def calibrate(config: TrainConfig, data: TrainData, *, client: Any = None,
+              worker: str | None = None) -> TrainConfig:
     """A copy of ``config`` with ``n_train`` from ``data`` and the compute calibration
     (:data:`~damptune.config.CALIBRATION_FIELDS`: one rank's forward+backward, forward alone
     and gradient norm, single-threaded) measured when ``compute_per_example`` is not given.
-    ``config`` itself is not changed.
+    ``config`` itself is not changed. Measured in this process, or, for ranks on GPUs
+    (``device`` not ``cpu`` in a distributed mode) with a Dask ``client`` and a ``worker``
+    address, on that worker's GPU, where ranks train (this process may have none).
 
     Example:
         >>> import numpy as np
@@ -129,8 +135,34 @@ def calibrate(config: TrainConfig, data: TrainData) -> TrainConfig:
     config = _with_n_train(config, data)
     if config.compute_per_example is not None:
         return config
+    if client is not None and worker is not None and _on_workers(config):
+        return _measure_on(client, worker, config, data)
     device = resolve_device(config)
     return _measure(config, data, build_model(config).to(device), device)
+
+
+def _on_workers(config: TrainConfig) -> bool:
+    """Compute is measured where the ranks train: on a worker's GPU (else here, on CPU)."""
+    return config.mode != "local" and config.device != "cpu"
+
+
+def _measure_on(client: Any, worker: str, config: TrainConfig, data: TrainData) -> TrainConfig:
+    """``_measure`` on ``worker``, on the device a rank there gets, with the examples the
+    measurement uses (the first ``4 × per_worker_batch``)."""
+    n = min(len(data.y), 4 * config.per_worker_batch)
+    sample = TrainData(data.X[:n].clone(), data.y[:n].clone())
+    future = client.submit(_measure_here, config, sample, workers=[worker],
+                           allow_other_workers=False, pure=False)
+    measured: TrainConfig = gather_within([future], timeout=config.timeout,
+                                          what="measuring compute on a worker")[0]
+    return measured
+
+
+def _measure_here(config: TrainConfig, sample: TrainData) -> TrainConfig:
+    """On a Dask worker: the calibration on the GPU a single rank there gets."""
+    device = torch.device(place_ranks(config.device, [worker_report()],
+                                      backend="gloo").devices[0])
+    return _measure(config, sample, build_model(config).to(device), device)
 
 
 def _measure(config: TrainConfig, data: TrainData, model: torch.nn.Module,
@@ -146,7 +178,7 @@ def _measure(config: TrainConfig, data: TrainData, model: torch.nn.Module,
             torch.cuda.synchronize()
 
     def step(size: int, grad: bool = True) -> None:
-        shard_forward(model, X, y, np.arange(min(size, n)), grad=grad)
+        shard_forward(model, X, y, np.arange(min(size, n)), grad=grad, micro_batch=None)
         sync()
 
     def norm(size: int) -> None:
@@ -259,16 +291,17 @@ def _start(config: TrainConfig, data: TrainData, state: TrainState | None,
         # keep the calibration the run started with, so its simulated time stays continuous
         config = with_calibration(config, ckpt["config"])
     resumed = False
-    if state is None:
-        state = TrainState(config, device=resolve_device(config))
+    if state is None:  # the driver of ranks only holds the state between segments: on CPU
+        state = TrainState(config, device=resolve_device(config) if config.mode == "local"
+                           else torch.device("cpu"))
         if ckpt is not None:
             state.restore(ckpt)  # raises CheckpointError if it belongs to another run
             resumed = True
     elif config.compute_per_example is None:
         config = with_calibration(config, state.config.to_dict())
-    if config.compute_per_example is None:
+    if config.compute_per_example is None and not _on_workers(config):
         config = _measure(config, data, copy.deepcopy(state.model), state.device)
-    state.config = config
+    state.config = config  # on workers: measured in _open_runner, on rank 0's worker
     state.stopped, state.interrupted = None, False
     return state, resumed
 
@@ -307,9 +340,11 @@ def _open_runner(stack: contextlib.ExitStack, state: TrainState, data: TrainData
                  local_directory: str | None) -> tuple[Runner, _Notices]:
     """The runner of the configured mode (its Dask client closes with ``stack``) and the
     preemption notices of its workers."""
+    if state.config.mode == "local":
+        ops = LocalOps(state.model, data.to(state.device),
+                       micro_batch=state.config.micro_batch_size)
+        return _OpsRunner(ops), _Notices(None, None)
     config = state.config
-    if config.mode == "local":
-        return _OpsRunner(LocalOps(state.model, data.to(state.device))), _Notices(None, None)
     client = stack.enter_context(
         connect(cluster, n_workers=config.max_workers, local_directory=local_directory))
     group = workers if isinstance(workers, WorkerGroup) else ClusterWorkers(
@@ -318,6 +353,8 @@ def _open_runner(stack: contextlib.ExitStack, state: TrainState, data: TrainData
     if missing:  # it left between being chosen and now: a fault of the cluster, not the input
         raise ClusterError(f"worker(s) {missing} are no longer in the cluster at "
                            f"{scheduler_address(client)}")
+    if config.compute_per_example is None:  # where rank 0 will train
+        config = state.config = _measure_on(client, group.addresses[0], config, data)
     watch = PreemptionWatch(client)
     stack.callback(watch.close)
     runner = SegmentRunner(client=client, config=config, data=data,

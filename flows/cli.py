@@ -42,7 +42,11 @@ def register_tune(sub: Any) -> None:
     t.add_argument("--algorithms", type=_csv(str), default=list(ALGORITHMS),
                    help="e.g. geodamp,padadamp")
     t.add_argument("--models", type=_csv(str), default=list(MODEL_NAMES), help="e.g. mlp")
-    t.add_argument("--dataset", default="mnist1d")
+    t.add_argument("--dataset", default="mnist1d",
+                   help="mnist1d, digits, synthetic or cifar10 (with --data-root)")
+    t.add_argument("--data-root", default=None,
+                   help="directory of the CIFAR-10 python batches (dataset cifar10)")
+    t.add_argument("--device", default="cpu", help="cpu, cuda (a GPU per rank) or auto")
     t.add_argument("--trials", type=int, default=3, help="trials per cell, in all")
     t.add_argument("--epochs", type=float, default=6.0, help="training budget per trial")
     t.add_argument("--target", type=_target, default=None,
@@ -98,7 +102,9 @@ def _tune(args: argparse.Namespace) -> int:
     if args.target is None:
         args.target = dict(DEFAULT_TARGETS)
 
-    settings = GridSettings(grid_name=args.grid_name, dataset=args.dataset, trials=args.trials,
+    settings = GridSettings(grid_name=args.grid_name, dataset=args.dataset,
+                            data_root=args.data_root or "", device=args.device,
+                            trials=args.trials,
                             epochs=args.epochs, target_accuracy=args.target,
                             profile=args.profile, mode=args.mode, seed=args.seed,
                             sampler=args.sampler, pruner=args.pruner,
@@ -115,7 +121,8 @@ def _tune(args: argparse.Namespace) -> int:
                                stop)).start()
     try:
         rows = tune(networks=args.networks, algorithms=args.algorithms, models=args.models,
-                    dataset=args.dataset, trials=args.trials, epochs=args.epochs,
+                    dataset=args.dataset, data_root=args.data_root, device=args.device,
+                    trials=args.trials, epochs=args.epochs,
                     target_accuracy=args.target, profile=args.profile, mode=args.mode,
                     seed=args.seed, sampler=args.sampler, pruner=args.pruner,
                     grid_name=args.grid_name, run_dir=settings.run_dir,

@@ -48,6 +48,8 @@ def tune(
     algorithms: list[str] = list(ALGORITHMS),  # noqa: B006,B008
     models: list[str] = list(MODEL_NAMES),  # noqa: B006,B008
     dataset: str = "mnist1d",
+    data_root: str | None = None,
+    device: str = "cpu",
     trials: int = 3,
     epochs: float = 6.0,
     target_accuracy: float | dict[str, float] = DEFAULT_TARGETS,  # noqa: B006
@@ -80,6 +82,9 @@ def tune(
     Args:
         networks: cluster sizes (ranks); algorithms: damptune.DAMPERS names; models: ``mlp``,
             ``cnn``, ``wrn16_4``; trials: per cell in all; epochs: a trial's budget.
+        dataset: ``mnist1d``, ``digits``, ``synthetic`` or ``cifar10`` (read from data_root,
+            a local directory, checked before any work); device: ``cpu``, ``cuda`` (a GPU
+            per rank, checked against the workers when the cluster opens) or ``auto``.
         target_accuracy: the objective is the simulated time to reach this test accuracy
             (one value, or one per model); profile: network profile of the simulated time;
             overhead_ms, overhead_per_rank_ms: its orchestration overhead per update (default
@@ -140,7 +145,8 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
     checkpoint_seconds = positive_float("checkpoint_seconds", params["checkpoint_seconds"],
                                         "a positive number")
     settings = GridSettings(
-        grid_name=params["grid_name"], dataset=params["dataset"], trials=params["trials"],
+        grid_name=params["grid_name"], dataset=params["dataset"],
+        data_root=params["data_root"] or "", device=params["device"], trials=params["trials"],
         epochs=params["epochs"], target_accuracy=params["target_accuracy"],
         profile=params["profile"], mode=params["mode"],
         per_worker_batch=params["per_worker_batch"], seed=params["seed"],

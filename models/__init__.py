@@ -11,7 +11,7 @@ Example:
 """
 
 from models.cnn import CNN
-from models.datasets import DATASETS, Dataset, default_cache_dir, load_dataset
+from models.datasets import DATASETS, Dataset, check_dataset, default_cache_dir, load_dataset
 from models.mlp import MLP
 from models.registry import MODELS, get_model, model_class
 from models.wrn import WideResNet
@@ -23,6 +23,7 @@ __all__ = [
     "MODELS",
     "Dataset",
     "WideResNet",
+    "check_dataset",
     "default_cache_dir",
     "get_model",
     "load_dataset",

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DATASETS", "Dataset", "default_cache_dir", "load_dataset"]
+__all__ = ["DATASETS", "Dataset", "check_dataset", "default_cache_dir", "load_dataset"]
 
 DATASETS: tuple[str, ...] = ("mnist1d", "digits", "synthetic", "cifar10")
 """Names accepted by :func:`load_dataset`."""
@@ -152,6 +152,26 @@ def load_dataset(
     raise ValueError(
         f"dataset={name!r} is not accepted; expected one of {', '.join(map(repr, DATASETS))}."
     )
+
+
+def check_dataset(name: str, *, root: str | os.PathLike[str] | None = None) -> None:
+    """Raise what :func:`load_dataset` would raise for want of its files, without building
+    the arrays: for ``cifar10``, that ``root`` holds the six python batches and each one reads
+    as a CIFAR-10 batch (unpickled, shapes and labels checked; no float conversion). The
+    other datasets are built locally: nothing to check.
+
+    Raises:
+        ValueError: If ``name`` is unknown, or ``cifar10``'s ``root`` is missing, is not a
+            directory, or lacks or holds unreadable batches (the message names ``root``).
+    """
+    if name not in DATASETS:
+        raise ValueError(
+            f"dataset={name!r} is not accepted; expected one of {', '.join(map(repr, DATASETS))}."
+        )
+    if name == "cifar10":
+        directory = _find_cifar_dir(root)
+        for batch in (*_CIFAR_TRAIN, _CIFAR_TEST):
+            _read_cifar_batch(directory / batch, root)
 
 
 # --------------------------------------------------------------------------------------------

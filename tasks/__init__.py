@@ -13,6 +13,7 @@ from tasks.callbacks import (
 from tasks.cell import run_cell, summarize
 from tasks.clusters import WorkerPool, open_cluster
 from tasks.driver import StudyDriver
+from tasks.gpus import check_workers, local_cluster_for
 from tasks.grid import ALGORITHMS, MODEL_NAMES, Cell, GridSettings, cells_of
 from tasks.objective import objective
 from tasks.report import grid_rows, write_summary
@@ -37,7 +38,9 @@ __all__ = [
     "WorkLogWriter",
     "WorkerPool",
     "cells_of",
+    "check_workers",
     "grid_rows",
+    "local_cluster_for",
     "objective",
     "open_cluster",
     "open_session",

@@ -103,12 +103,14 @@ class CalibrationKeeper:
     def __init__(self, study: optuna.Study) -> None:
         self.study = study
 
-    def resolve(self, config: TrainConfig, data: TrainData) -> TrainConfig:
-        """``config`` with the study's calibration, measured and stored first if it has none."""
+    def resolve(self, config: TrainConfig, data: TrainData, *, client: Any = None,
+                worker: str | None = None) -> TrainConfig:
+        """``config`` with the study's calibration, measured and stored first if it has none
+        (on ``worker`` of ``client`` when ranks train on GPUs: ``damptune.calibrate``)."""
         stored = with_storage_retries(lambda: self.study.user_attrs.get(CALIBRATION_ATTR))
         if isinstance(stored, dict) and set(CALIBRATION_FIELDS) <= set(stored):
             return with_calibration(config, stored)
-        config = calibrate(config, data)
+        config = calibrate(config, data, client=client, worker=worker)
         calibration = {k: getattr(config, k) for k in CALIBRATION_FIELDS}
         with_storage_retries(lambda: self.study.set_user_attr(CALIBRATION_ATTR, calibration))
         return config

@@ -70,7 +70,8 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
     """
     grid, c = GridSettings(**settings), Cell(**cell)
     session = session_for(session_key)
-    n_train = len(load_dataset(grid.dataset, seed=grid.seed).y_train)
+    n_train = len(load_dataset(grid.dataset, seed=grid.seed,
+                               root=grid.data_root or None).y_train)
     study = with_storage_retries(lambda: open_study(grid, c, n_train=n_train))
     exp_id, parent = tracking.with_retries(lambda: tracking.open_cell_run(
         session.tracking, grid, c, study_name(grid, c)), what="opening the cell's run")

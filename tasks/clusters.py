@@ -28,8 +28,9 @@ import yaml
 from distributed import Client
 
 from damptune import ClusterError, ConfigError, claims, membership
-from damptune.cluster import local_cluster, scheduler_address, worker_addresses
+from damptune.cluster import scheduler_address, worker_addresses
 from damptune.preemption import TOPIC, PreemptionPlugin
+from tasks.gpus import local_cluster_for
 
 __all__ = ["WorkerPool", "Gang", "open_cluster"]
 
@@ -201,8 +202,11 @@ def _from_yaml(path: str, n_workers: int) -> Any:
 
 @contextlib.contextmanager
 def open_cluster(source: str, *, n_workers: int, local_directory: str,
-                 wait_timeout: float = 300.0, worker_wait: float = 600.0) -> Iterator[WorkerPool]:
+                 wait_timeout: float = 300.0, worker_wait: float = 600.0,
+                 device: str = "cpu") -> Iterator[WorkerPool]:
     """Open the cluster for a flow run: its live worker pool, until the ``with`` block ends.
+    ``device``: where ranks train; ``local`` starts one worker per GPU for ``cuda``/``auto``
+    when this machine has GPUs (:func:`tasks.gpus.local_cluster_for`).
 
     Every worker (and every worker that joins later) gets the preemption plugin: a SIGTERM
     retires it gracefully and its trial checkpoints. ``worker_wait``: how long a trial waits
@@ -210,7 +214,7 @@ def open_cluster(source: str, *, n_workers: int, local_directory: str,
     """
     owned: Any = None
     if source == "local":
-        owned = local_cluster(n_workers=n_workers, local_directory=local_directory)
+        owned = local_cluster_for(device, n_workers=n_workers, local_directory=local_directory)
         address = owned.scheduler_address
     elif source.startswith(("tcp://", "tls://", "ws://")):
         address = source

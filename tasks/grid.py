@@ -8,10 +8,10 @@ from typing import Any
 from damptune import DAMPERS, ConfigError
 from damptune.netmodel import get_profile
 from damptune.validate import choice, non_negative_float, number_in, positive_float, positive_int
-from models import DATASETS, MODELS
+from models import DATASETS, MODELS, check_dataset
 
 __all__ = ["Cell", "GridSettings", "cells_of", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS",
-           "PRUNERS"]
+           "PRUNERS", "GRID_DEVICES"]
 
 ALGORITHMS = ("geodamplr", "cntsdamplr", "geodamp", "padadamp", "adadamp", "radadamp")
 MODEL_NAMES = ("mlp", "cnn")
@@ -19,6 +19,9 @@ MODEL_NAMES = ("mlp", "cnn")
 # win); "hyperband", "sha": that, and Optuna's multi-fidelity pruner on the objective so far;
 # "none": every trial runs to its target or its epochs
 PRUNERS = ("bound", "hyperband", "sha", "none")
+# where the ranks train: 'cpu'; 'cuda' (a GPU per rank, checked against the cluster's workers
+# when the session opens); 'auto' (CUDA when the workers have it); damptune.devices
+GRID_DEVICES = ("cpu", "cuda", "auto")
 # reached after about 2-4 epochs of MNIST-1D at batch 32: the objective tells trials apart
 DEFAULT_TARGETS = {"mlp": 0.5, "cnn": 0.7, "wrn16_4": 0.9}
 
@@ -42,6 +45,8 @@ class GridSettings:
 
     grid_name: str = "grid"
     dataset: str = "mnist1d"
+    data_root: str = ""  # directory of a local dataset (cifar10's python batches); read here
+    device: str = "cpu"  # one of GRID_DEVICES
     trials: int = 3  # per cell, in all (a rerun tops up)
     epochs: float = 6.0  # training budget per trial, in epochs (a trial stops at its target)
     # test accuracy at which the objective's clock stops: one for all models, or per model
@@ -93,6 +98,8 @@ def cells_of(
     """Validate the grid's parameters (before any work) and list its cells."""
     _check_lists(networks=networks, algorithms=algorithms, models=models)
     choice("dataset", settings.dataset, DATASETS)
+    _check_data(settings.dataset, settings.data_root)
+    choice("device", settings.device, GRID_DEVICES)
     positive_int("trials", settings.trials, "a positive integer (trials per cell)")
     _check_targets(settings.target_accuracy, models)
     positive_float("epochs", settings.epochs, "a positive number of epochs")
@@ -130,6 +137,23 @@ def _check_lists(*, networks: list[int], algorithms: list[str], models: list[str
             raise ConfigError(name, values, f"a non-empty list from {sorted(known)}")
         for value in values:
             choice(name, value, sorted(known))
+
+
+def _check_data(dataset: str, data_root: str) -> None:
+    """A dataset read from disk (cifar10) needs ``data_root`` holding its files, checked
+    here, before any work: a trial never fails for want of them."""
+    if dataset != "cifar10":
+        return
+    accepted = ("a directory holding the CIFAR-10 python batches (data_batch_1 ... 5, "
+                "test_batch, or their cifar-10-batches-py folder) for dataset='cifar10'")
+    if not data_root:
+        raise ConfigError("data_root", data_root or None, accepted,
+                          "damptune never downloads data: extract cifar-10-python.tar.gz and "
+                          "pass its directory.")
+    try:
+        check_dataset(dataset, root=data_root)
+    except ValueError as exc:
+        raise ConfigError("data_root", data_root, accepted, str(exc)) from None
 
 
 def _check_targets(targets: float | dict[str, float], models: list[str]) -> None:

@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from damptune import DamptuneError
 from tasks import tracking
 from tasks.clusters import WorkerPool, cluster_started, open_cluster
+from tasks.gpus import check_workers
 from tasks.grid import GridSettings
 from tasks.leases import Leases, leases_for
 from tasks.tracking import PlotQueue
@@ -45,9 +46,12 @@ def open_session(settings: GridSettings, *, key: str, cluster: str,
                  n_workers: int) -> Iterator[Session]:
     """Open the cluster and the clients of a flow run; close them (plots drawn) on exit.
     ``settings.deadline`` is set from ``max_cluster_lifetime``, counted from the cluster's
-    start (see :func:`lifetime_deadline`)."""
+    start (see :func:`lifetime_deadline`). ``settings.device`` is checked against what the
+    cluster's workers report, before any cell runs (:func:`tasks.gpus.check_workers`)."""
     with open_cluster(cluster, n_workers=n_workers, worker_wait=settings.worker_wait,
-                      local_directory=os.path.join(settings.run_dir, "dask")) as pool:
+                      local_directory=os.path.join(settings.run_dir, "dask"),
+                      device=settings.device) as pool:
+        check_workers(pool.client, device=settings.device, n_workers=n_workers)
         if settings.max_cluster_lifetime:
             settings.deadline = lifetime_deadline(cluster_started(pool), settings)
         session = Session(key=key, pool=pool, tracking=tracking.client_for(settings.tracking_uri),

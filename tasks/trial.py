@@ -61,7 +61,7 @@ def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
         max_epochs=settings.epochs, eval_every=settings.eval_every, seed=settings.seed,
         eval_resolution=settings.eval_resolution, eval_dense_margin=settings.eval_dense_margin,
         target_accuracy=settings.target_for(cell.model), max_time_sim=bound,
-        mode=settings.mode, profile=settings.profile,
+        mode=settings.mode, device=settings.device, profile=settings.profile,
         overhead=_ms(settings.overhead_ms), overhead_per_rank=_ms(settings.overhead_per_rank_ms),
         checkpoint_every=settings.checkpoint_every or None,
         checkpoint_seconds=settings.checkpoint_seconds or None,
@@ -110,7 +110,7 @@ def run_trial(
 
 def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any]) -> dict[str, Any]:
     return {"algorithm": c.algorithm, "network": c.network, "model": c.model,
-            "dataset": grid.dataset, "seed": grid.seed, "mode": grid.mode,
+            "dataset": grid.dataset, "seed": grid.seed, "mode": grid.mode, "device": grid.device,
             "profile": grid.profile, "target_accuracy": grid.target_for(c.model),
             "epochs": grid.epochs, **{f"hp.{k}": v for k, v in params.items()}}
 
@@ -130,12 +130,11 @@ def trial_callbacks(*, worklog: WorkLog, logger: MlflowTrialLogger,
 def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: dict[str, Any],
            session: Session, logger: MlflowTrialLogger, lease_key: str) -> TrialResult:
     """Compose the callbacks, train on the cell's ranks, and say how the trial ended."""
-    ds = load_dataset(grid.dataset, seed=grid.seed)
+    ds = load_dataset(grid.dataset, seed=grid.seed, root=grid.data_root or None)
     data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
     study = open_study(grid, c, n_train=len(ds.y_train))
     bound = best_value(study) if grid.pruner != "none" else None
-    config = CalibrationKeeper(study).resolve(
-        trial_config(grid, c, params, ds, bound=bound), data)
+    config = trial_config(grid, c, params, ds, bound=bound)
     worklog = WorkLog(grid.run_dir, c.key, number)
     target = grid.target_for(c.model)
     pruner = PruningReporter(trial_handle(study, trial_id), target=target,
@@ -145,6 +144,9 @@ def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: d
                           session.key)
     try:
         with heartbeat, worklog, session.pool.acquire(c.network) as gang:
+            # measured on rank 0's worker when ranks train on GPUs (here may have none)
+            config = CalibrationKeeper(study).resolve(config, data, client=session.pool.client,
+                                                      worker=gang.addresses[0])
             state = train(config, data, cluster=session.pool.address, workers=gang,
                           callback=callback, checkpoint_path=checkpoint_path(grid, c, number),
                           resume=True, should_stop=heartbeat.stop_reason,

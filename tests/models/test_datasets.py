@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from models import DATASETS, Dataset, load_dataset
+from models import DATASETS, Dataset, check_dataset, load_dataset
 
 SMALL = 200  # mnist1d examples for the tests that generate several datasets
 
@@ -248,3 +248,16 @@ def test_load_dataset_mnist1d_generated_by_threads_at_once_is_each_seeds_data(tm
     for t in threads:
         t.join()
     assert all(_same(data, expected[seed]) for (_, seed), data in got.items())
+
+
+def test_check_dataset_reads_the_cifar10_batches_without_building_arrays(tmp_path):
+    _write_fake_cifar(tmp_path, rng=np.random.default_rng(0))
+    check_dataset("cifar10", root=tmp_path)
+    check_dataset("mnist1d")  # built locally: nothing to check
+    (tmp_path / "data_batch_3").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=r"root=.*data_batch_3 is not a CIFAR-10 python batch"):
+        check_dataset("cifar10", root=tmp_path)
+    with pytest.raises(ValueError, match=r"root=None.*no directory was given"):
+        check_dataset("cifar10")
+    with pytest.raises(ValueError, match=r"dataset='imagenet'"):
+        check_dataset("imagenet")

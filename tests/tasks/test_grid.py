@@ -79,3 +79,64 @@ def test_unknown_cluster_source_is_refused(tmp_path):
         "kubernetes", n_workers=1, local_directory=str(tmp_path)
     ):
         pass
+
+
+def _fake_cifar(directory, n=3):
+    """The six CIFAR-10 python batches, tiny, in the real files' format (see models)."""
+    import pickle
+
+    import numpy as np
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]:
+        batch = {b"labels": [int(v) for v in rng.integers(0, 10, n)],
+                 b"data": rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)}
+        (directory / name).write_bytes(pickle.dumps(batch, protocol=2))
+    return directory
+
+
+def cifar_grid(**kw):
+    return grid(dataset="cifar10", models=["wrn16_4"], **kw)
+
+
+def test_cifar10_without_data_root_is_refused_naming_data_root():
+    with pytest.raises(ConfigError, match=r"data_root=None.*CIFAR-10 python batches"):
+        cifar_grid()
+
+
+def test_cifar10_with_a_data_root_lacking_the_files_is_refused_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"data_root='/nonexistent/cifar'.*not an existing"):
+        cifar_grid(data_root="/nonexistent/cifar")
+    partial = _fake_cifar(tmp_path / "partial")
+    (partial / "test_batch").unlink()
+    with pytest.raises(ConfigError, match=r"data_root=.*partial.*lacks test_batch"):
+        cifar_grid(data_root=str(partial))
+    (partial / "test_batch").write_bytes(b"not a pickle")
+    with pytest.raises(ConfigError, match=r"data_root=.*test_batch is not a CIFAR-10"):
+        cifar_grid(data_root=str(partial))
+
+
+def test_cifar10_with_the_python_batches_at_data_root_gives_the_cells(tmp_path):
+    root = _fake_cifar(tmp_path / "cifar-10-batches-py")
+    cells = cifar_grid(data_root=str(root))
+    assert [c.key for c in cells] == ["n2/geodamp/wrn16_4", "n2/adadamp/wrn16_4",
+                                      "n4/geodamp/wrn16_4", "n4/adadamp/wrn16_4"]
+    assert cifar_grid(data_root=str(tmp_path))  # its parent folder is accepted too
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:0", "tpu"])
+def test_a_grid_device_outside_cpu_cuda_auto_is_refused(device):
+    with pytest.raises(ConfigError, match=rf"device='{device}'.*'cpu', 'cuda', 'auto'"):
+        grid(device=device)
+
+
+def test_the_trial_config_carries_the_grid_device():
+    from models import load_dataset
+    from tasks.trial import trial_config
+
+    settings = GridSettings(device="auto")
+    config = trial_config(settings, Cell(2, "geodamp", "mlp"), {"factor": 2.0, "delay": 1},
+                          load_dataset("synthetic", seed=0))
+    assert (config.device, config.backend, config.share_gpus) == ("auto", "auto", False)
+    assert config.micro_batch_size == settings.per_worker_batch
