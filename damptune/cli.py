@@ -70,9 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--profile", default="decentralized-moderate",
                    help="network profile of the simulated time (see `damptune simulate`)")
 
-    from damptune import simulate
+    from damptune import overhead_cli, simulate
 
     simulate.add_parser(sub)
+    overhead_cli.add_parser(sub)
     # commands of other packages (the tuning pipeline registers `tune` and `report`)
     for entry in entry_points(group="damptune.commands"):
         entry.load()(sub)

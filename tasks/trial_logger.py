@@ -7,6 +7,7 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from damptune import EvalRecord, Record, TrainState, UpdateRecord
+from damptune.overhead import overhead_of
 from tasks import tracking
 from tasks.results import TrialResult
 
@@ -71,7 +72,8 @@ class MlflowTrialLogger:
             "examples_seen_total": state.examples_seen, "time_sim_total": state.time_sim,
             "time_elapsed_total": state.time_elapsed, "attempts": work["attempts"],
             "lost_updates_total": work["lost_updates"],
-            "lost_seconds_total": work["lost_seconds"]}, step=state.update)
+            "lost_seconds_total": work["lost_seconds"], **_measured_overhead(state)},
+            step=state.update)
         self.metrics.flush()
         tracking.with_retries(lambda: tracking.set_tags(
             self.client, self.run_id, {"damptune.state": result.state.value}),
@@ -85,3 +87,13 @@ class MlflowTrialLogger:
             self.metrics.flush()
         tracking.with_retries(lambda: self.client.set_terminated(self.run_id, status=status),
                               what=f"ending the trial's run ({status})")
+
+
+def _measured_overhead(state: TrainState) -> dict[str, float | None]:
+    """The engine's measured orchestration overhead per update on this cluster (fixed and per
+    rank, ms: :mod:`damptune.overhead`), fitted from the trial's own updates."""
+    fit = overhead_of(state.history)
+    if fit is None:
+        return {}
+    return {"measured_overhead_ms": fit.fixed * 1e3,
+            "measured_overhead_per_rank_ms": fit.per_rank * 1e3}
