@@ -331,11 +331,13 @@ def evaluate(state: TrainState, ops: Ops, *, emit: Emit, n_ranks: int) -> EvalRe
         state.next_eval += 1
     state.last_eval_examples = state.examples_seen
     loss_sum, correct, count = ops.evaluate(n_ranks)
+    accuracy = correct / count if count else float("nan")
+    state.best_accuracy = max(state.best_accuracy, accuracy)
     record = EvalRecord(
         update=state.update, epoch=state.epoch, examples_seen=state.examples_seen,
-        test_loss=loss_sum / count if count else float("nan"),
-        test_accuracy=correct / count if count else float("nan"),
+        test_loss=loss_sum / count if count else float("nan"), test_accuracy=accuracy,
         time_elapsed=state.time_elapsed, time_sim=state.time_sim,
+        best_accuracy=state.best_accuracy,
     )
     state.last_eval_accuracy = record.test_accuracy
     state.history.append(record.as_dict())

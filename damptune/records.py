@@ -70,6 +70,7 @@ class EvalRecord(_Base):
     test_accuracy: float  # fraction correct, in [0, 1]
     time_elapsed: float
     time_sim: float
+    best_accuracy: float = 0.0  # the best test accuracy so far, this one included
 
 
 @dataclass(frozen=True)

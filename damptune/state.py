@@ -102,6 +102,7 @@ class TrainState:
         self.pending_damper_seconds = 0.0
         self.last_eval_examples = 0  # examples seen at the last evaluation (eval_resolution)
         self.last_eval_accuracy = 0.0  # its test accuracy (eval_dense_margin)
+        self.best_accuracy = 0.0  # the best test accuracy of any evaluation so far
         self.target_reached = False  # an evaluation reached config.target_accuracy: done
         self.time_elapsed = 0.0  # measured seconds of training so far, across resumes
         self.time_sim = 0.0  # simulated seconds on the configured network profile
@@ -146,6 +147,7 @@ class TrainState:
                 "pending_damper_seconds": self.pending_damper_seconds,
                 "last_eval_examples": self.last_eval_examples,
                 "last_eval_accuracy": self.last_eval_accuracy,
+                "best_accuracy": self.best_accuracy,
                 "target_reached": self.target_reached,
                 "pending_step": None
                 if step is None
@@ -175,6 +177,7 @@ class TrainState:
         self.pending_damper_seconds = float(c.get("pending_damper_seconds", 0.0))
         self.last_eval_examples = int(c.get("last_eval_examples", 0))
         self.last_eval_accuracy = float(c.get("last_eval_accuracy", 0.0))
+        self.best_accuracy = float(c.get("best_accuracy", 0.0))
         self.target_reached = bool(c.get("target_reached", False))
         ps = c["pending_step"]
         self.pending_step = None if ps is None else Step(**ps)

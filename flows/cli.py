@@ -34,46 +34,56 @@ def _target(text: str) -> float | dict[str, float]:
         raise argparse.ArgumentTypeError(f"expected 0.6 or mlp=0.5,cnn=0.7: {exc}") from exc
 
 
+# `damptune tune` options: (flag, flow parameter, type, help); an option not given takes the
+# flow's default (the same values as tasks.grid.GridSettings, tested)
+_TUNE_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
+    ("--networks", "networks", "ints", "network sizes, e.g. 2,4"),
+    ("--algorithms", "algorithms", "strs", "e.g. geodamp,padadamp"),
+    ("--models", "models", "strs", "e.g. mlp"),
+    ("--dataset", "dataset", str, "mnist1d, digits, synthetic or cifar10 (with --data-root)"),
+    ("--data-root", "data_root", str, "directory of the CIFAR-10 python batches (cifar10)"),
+    ("--device", "device", str, "cpu, cuda (a GPU per rank) or auto"),
+    ("--trials", "trials", int, "trials per cell, in all"),
+    ("--epochs", "epochs", float, "training budget per trial"),
+    ("--target", "target_accuracy", "target",
+     "target test accuracy: 0.6, or per model mlp=0.6,cnn=0.85"),
+    ("--profile", "profile", str, "network profile of the simulated time"),
+    ("--overhead-ms", "overhead_ms", float, "orchestration ms per update (default: the "
+     "profile's, 16)"),
+    ("--overhead-per-rank-ms", "overhead_per_rank_ms", float,
+     "orchestration ms per update and rank (default: the profile's, 3.3)"),
+    ("--eval-resolution", "eval_resolution", float,
+     "evaluations this fraction apart in examples seen"),
+    ("--mode", "mode", str, "centralized or decentralized"),
+    ("--grid-name", "grid_name", str, "the grid's name"),
+    ("--run-dir", "run_dir", str, "default ./runs/<grid name>"),
+    ("--storage", "storage", str, "Optuna storage URL (default SQLite in the run dir)"),
+    ("--tracking-uri", "tracking_uri", str, "MLflow URI (default SQLite in the run dir)"),
+    ("--cluster", "cluster", str, "local, tcp://HOST:PORT or a cluster YAML"),
+    ("--sampler", "sampler", str, "auto, tpe or gp"),
+    ("--pruner", "pruner", str, "bound, hyperband, sha or none"),
+    ("--seed", "seed", int, "the grid's seed"),
+    ("--concurrent-cells", "max_concurrent_cells", int, "cells trained at once"),
+    ("--max-cluster-lifetime", "max_cluster_lifetime", str,
+     "e.g. 6h: checkpoint and stop before the cluster reaches this age; a rerun continues"),
+    ("--checkpoint-seconds", "checkpoint_seconds", float,
+     "seconds of training between a trial's checkpoints"),
+    ("--checkpoint-every", "checkpoint_every", int,
+     "model updates between a trial's checkpoints (0: by time only)"),
+    ("--trial-attempts", "trial_attempts", int,
+     "tries of a trial that faults of the cluster interrupt, each from its checkpoint"),
+    ("--worker-wait", "worker_wait", float, "seconds a trial waits for the workers it needs"),
+)
 def register_tune(sub: Any) -> None:
-    from tasks.grid import ALGORITHMS, MODEL_NAMES
-
-    t = sub.add_parser("tune", help="run the tuning grid in this process (no servers needed)")
-    t.add_argument("--networks", type=_csv(int), default=[2, 4, 8, 16], help="e.g. 2,4")
-    t.add_argument("--algorithms", type=_csv(str), default=list(ALGORITHMS),
-                   help="e.g. geodamp,padadamp")
-    t.add_argument("--models", type=_csv(str), default=list(MODEL_NAMES), help="e.g. mlp")
-    t.add_argument("--dataset", default="mnist1d",
-                   help="mnist1d, digits, synthetic or cifar10 (with --data-root)")
-    t.add_argument("--data-root", default=None,
-                   help="directory of the CIFAR-10 python batches (dataset cifar10)")
-    t.add_argument("--device", default="cpu", help="cpu, cuda (a GPU per rank) or auto")
-    t.add_argument("--trials", type=int, default=3, help="trials per cell, in all")
-    t.add_argument("--epochs", type=float, default=6.0, help="training budget per trial")
-    t.add_argument("--target", type=_target, default=None,
-                   help="target test accuracy: 0.6, or per model mlp=0.5,cnn=0.7 "
-                   "(default mlp=0.5,cnn=0.7,wrn16_4=0.9)")
-    t.add_argument("--profile", default="decentralized-moderate")
-    t.add_argument("--mode", default="centralized", help="centralized or decentralized")
-    t.add_argument("--grid-name", default="grid")
-    t.add_argument("--run-dir", default=None, help="default ./runs/<grid name>")
-    t.add_argument("--storage", default=None, help="Optuna storage URL (default SQLite)")
-    t.add_argument("--tracking-uri", default=None, help="MLflow URI (default SQLite)")
-    t.add_argument("--cluster", default="local", help="local, tcp://HOST:PORT or a YAML")
-    t.add_argument("--sampler", default="tpe", help="tpe or gp")
-    t.add_argument("--pruner", default="hyperband", help="hyperband, sha or none")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--concurrent-cells", type=int, default=2)
-    t.add_argument("--no-progress", action="store_true")
-    t.add_argument("--max-cluster-lifetime", default=None, help="e.g. 6h: checkpoint and stop "
-                   "before the cluster reaches this age; a rerun continues")
-    t.add_argument("--checkpoint-seconds", type=float, default=30.0,
-                   help="seconds of training between a trial's checkpoints")
-    t.add_argument("--checkpoint-every", type=int, default=0,
-                   help="model updates between a trial's checkpoints (0: by time only)")
-    t.add_argument("--trial-attempts", type=int, default=3, help="tries of a trial that "
-                   "faults of the cluster interrupt (lost workers), each from its checkpoint")
-    t.add_argument("--worker-wait", type=float, default=600.0,
-                   help="seconds a trial waits for the live workers it needs")
+    t = sub.add_parser("tune", help="run the tuning grid in this process (no servers needed)",
+                       argument_default=argparse.SUPPRESS)
+    types = {"ints": _csv(int), "strs": _csv(str), "target": _target}
+    for flag, dest, kind, help_text in _TUNE_OPTIONS:
+        t.add_argument(flag, dest=dest, type=types.get(kind, kind) if isinstance(kind, str)
+                       else kind, help=help_text + " (default: the flow's)")
+    t.add_argument("--no-warm-start", dest="warm_start", action="store_false",
+                   help="do not seed cells with their finished neighbours' best")
+    t.add_argument("--no-progress", dest="no_progress", action="store_true")
     t.set_defaults(handler=_tune)
 
 
@@ -95,43 +105,22 @@ def _progress(storage: str, grid_name: str, total: int, stop: threading.Event) -
 def _tune(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from damptune import interrupt
-    from flows.tune import resolve_locations, tune
-    from tasks.grid import DEFAULT_TARGETS, GridSettings, cells_of
+    from flows.tune import grid_of, tune
     from tasks.report import GridIncomplete
 
-    if args.target is None:
-        args.target = dict(DEFAULT_TARGETS)
-
-    settings = GridSettings(grid_name=args.grid_name, dataset=args.dataset,
-                            data_root=args.data_root or "", device=args.device,
-                            trials=args.trials,
-                            epochs=args.epochs, target_accuracy=args.target,
-                            profile=args.profile, mode=args.mode, seed=args.seed,
-                            sampler=args.sampler, pruner=args.pruner,
-                            run_dir=args.run_dir or "", storage=args.storage or "",
-                            tracking_uri=args.tracking_uri or "")
-    cells = cells_of(networks=args.networks, algorithms=args.algorithms, models=args.models,
-                     settings=settings)  # bad input fails here, before any server starts
-    resolve_locations(settings)
+    given = {dest: getattr(args, dest) for _, dest, _, _ in _TUNE_OPTIONS if hasattr(args, dest)}
+    if hasattr(args, "warm_start"):
+        given["warm_start"] = args.warm_start
+    settings, cells = grid_of(given)  # bad input fails here, before any server starts
     interrupt.install_sigterm_handler()
     stop = threading.Event()
-    if not args.no_progress:
+    if not getattr(args, "no_progress", False):
         threading.Thread(target=_progress, daemon=True,
-                         args=(settings.storage, args.grid_name, len(cells) * args.trials,
-                               stop)).start()
+                         args=(settings.storage, settings.grid_name,
+                               len(cells) * settings.trials, stop)).start()
     try:
-        rows = tune(networks=args.networks, algorithms=args.algorithms, models=args.models,
-                    dataset=args.dataset, data_root=args.data_root, device=args.device,
-                    trials=args.trials, epochs=args.epochs,
-                    target_accuracy=args.target, profile=args.profile, mode=args.mode,
-                    seed=args.seed, sampler=args.sampler, pruner=args.pruner,
-                    grid_name=args.grid_name, run_dir=settings.run_dir,
-                    storage=settings.storage, tracking_uri=settings.tracking_uri,
-                    cluster=args.cluster, max_concurrent_cells=args.concurrent_cells,
-                    max_cluster_lifetime=args.max_cluster_lifetime,
-                    checkpoint_seconds=args.checkpoint_seconds,
-                    checkpoint_every=args.checkpoint_every,
-                    trial_attempts=args.trial_attempts, worker_wait=args.worker_wait)
+        rows = tune(**{**given, "run_dir": settings.run_dir, "storage": settings.storage,
+                       "tracking_uri": settings.tracking_uri})
     except GridIncomplete as exc:  # the summary is written: show it, then say what is wrong
         _print_rows(exc.rows, as_json=False)
         print(f"damptune tune: {exc}", file=sys.stderr)

@@ -7,6 +7,7 @@ write the grid's summary.
 
 from __future__ import annotations
 
+import inspect
 import os
 import uuid
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import get_run_context
+from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from damptune import interrupt
@@ -25,8 +27,9 @@ from tasks.grid import ALGORITHMS, DEFAULT_TARGETS, MODEL_NAMES, Cell, GridSetti
 from tasks.report import GridIncomplete, grid_rows, write_meta, write_summary
 from tasks.search import storage_for
 from tasks.session import open_session
+from tasks.warmstart import neighbours
 
-__all__ = ["tune", "resolve_locations"]
+__all__ = ["tune", "resolve_locations", "grid_of", "flow_defaults"]
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,8 +60,9 @@ def tune(
     mode: str = "centralized",
     per_worker_batch: int = 32,
     seed: int = 0,
-    sampler: str = "tpe",
+    sampler: str = "auto",
     pruner: str = "bound",
+    warm_start: bool = True,
     eval_resolution: float = 0.02,
     overhead_ms: float | None = None,
     overhead_per_rank_ms: float | None = None,
@@ -90,8 +94,10 @@ def tune(
             overhead_ms, overhead_per_rank_ms: its orchestration overhead per update (default
             the profile's, 16 + 3.3 per rank); eval_resolution: evaluations this fraction
             apart in examples seen resolve the time to the target.
-        sampler: ``tpe`` or ``gp``; pruner: ``bound`` (stop a trial once its simulated time
-            exceeds the cell's best), ``hyperband``/``sha`` (that and Optuna's), ``none``.
+        sampler: ``auto`` (GP for one hyperparameter, TPE for more), ``tpe`` or ``gp``;
+            pruner: ``bound`` (stop a trial once its simulated time
+            exceeds the cell's best), ``hyperband``/``sha`` (that and Optuna's), ``none``;
+            warm_start: seed each cell with its finished neighbours' best configurations.
         mode: ``centralized`` or ``decentralized``; per_worker_batch: examples per rank.
         run_dir: studies, runs, checkpoints, summaries (default ``runs/<grid>``); storage,
             tracking_uri: Optuna and MLflow URIs (default SQLite in run_dir; MLflow's is
@@ -120,23 +126,59 @@ def tune(
 
 def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
                max_concurrent_cells: int, max_concurrent_trials: int) -> list[str]:
-    """One cell task per cell, ``max_concurrent_cells`` at a time; the failures, as text."""
+    """One cell task per cell, ``max_concurrent_cells`` at a time, in the grid's order; with
+    warm start a cell starts once its neighbours finished (what seeds it never depends on
+    timing). The failures, as text."""
     logger = get_run_logger()
     failures: list[str] = []
+    pending = list(cells)
+    running: dict[Any, Cell] = {}
+    finished: set[Cell] = set()
     runner: ThreadPoolTaskRunner[Any]
     with ThreadPoolTaskRunner(max_workers=max_concurrent_cells) as runner:
-        futures: list[tuple[Cell, Any]] = [(cell, runner.submit(run_cell, {  # type: ignore[arg-type]
-            "settings": settings.to_dict(), "cell_key": cell.key,
-            "cell": {"network": cell.network, "algorithm": cell.algorithm, "model": cell.model},
-            "session_key": session_key, "max_concurrent_trials": max_concurrent_trials,
-        })) for cell in cells]
-        for cell, future in futures:
+        while pending or running:
+            for cell in [c for c in pending if _ready(settings, c, cells, finished)]:
+                if len(running) >= max_concurrent_cells:
+                    break
+                pending.remove(cell)
+                running[runner.submit(run_cell, _cell_parameters(  # type: ignore[arg-type]
+                    settings, cell, cells, session_key, max_concurrent_trials))] = cell
+            future = next(iter(as_completed(list(running))))
+            cell = running.pop(future)
+            finished.add(cell)
             try:
                 future.result()
             except Exception as exc:  # noqa: BLE001 - reported after the others finish
                 failures.append(f"{cell.key}: {exc}")
                 logger.error("cell %s failed: %s", cell.key, exc)
     return failures
+
+
+def _ready(settings: GridSettings, cell: Cell, cells: list[Cell], finished: set[Cell]) -> bool:
+    return not settings.warm_start or set(neighbours(cell, cells)) <= finished
+
+
+def _cell_parameters(settings: GridSettings, cell: Cell, cells: list[Cell], session_key: str,
+                     max_concurrent_trials: int) -> dict[str, Any]:
+    seeds = neighbours(cell, cells) if settings.warm_start else []
+    return {"settings": settings.to_dict(), "cell_key": cell.key, "cell": _as_dict(cell),
+            "session_key": session_key, "max_concurrent_trials": max_concurrent_trials,
+            "seed_cells": [_as_dict(c) for c in seeds]}
+
+
+def _as_dict(cell: Cell) -> dict[str, Any]:
+    return {"network": cell.network, "algorithm": cell.algorithm, "model": cell.model}
+
+
+def flow_defaults() -> dict[str, Any]:
+    """The flow's parameters and their defaults."""
+    return {name: p.default for name, p in inspect.signature(tune.fn).parameters.items()}
+
+
+def grid_of(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
+    """The settings (locations resolved) and cells of a run of the flow with ``params`` (the
+    flow's defaults for the others), validated before any work starts."""
+    return _settings({**flow_defaults(), **params})
 
 
 def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
@@ -150,7 +192,7 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
         epochs=params["epochs"], target_accuracy=params["target_accuracy"],
         profile=params["profile"], mode=params["mode"],
         per_worker_batch=params["per_worker_batch"], seed=params["seed"],
-        sampler=params["sampler"], pruner=params["pruner"],
+        sampler=params["sampler"], pruner=params["pruner"], warm_start=params["warm_start"],
         eval_resolution=params["eval_resolution"], overhead_ms=params["overhead_ms"],
         overhead_per_rank_ms=params["overhead_per_rank_ms"], run_dir=params["run_dir"] or "",
         storage=params["storage"] or "", tracking_uri=params["tracking_uri"] or "",

@@ -61,18 +61,16 @@ class PruningReporter:
     def __init__(self, trial: optuna.Trial, *, target: float, every_examples: int) -> None:
         self.trial, self.target, self.every = trial, target, max(1, every_examples)
         self.pruned = False
-        self.best_accuracy = 0.0
         self.next_report = self.every
 
     def __call__(self, record: Record) -> None:
         if not isinstance(record, EvalRecord):
             return
-        self.best_accuracy = max(self.best_accuracy, record.test_accuracy)
         if record.examples_seen < self.next_report:
             return
         while self.next_report <= record.examples_seen:
             self.next_report += self.every
-        value = value_so_far(record.time_sim, best_accuracy=self.best_accuracy,
+        value = value_so_far(record.time_sim, best_accuracy=record.best_accuracy,
                              target=self.target)
         with_storage_retries(lambda: self.trial.report(value, step=int(record.examples_seen)))
         if with_storage_retries(self.trial.should_prune):

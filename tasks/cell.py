@@ -23,9 +23,16 @@ from tasks.driver import StudyDriver, Ticket
 from tasks.faults import Retries, is_infrastructure_fault
 from tasks.grid import Cell, GridSettings
 from tasks.results import TrialResult, TrialState
-from tasks.search import distributions, open_study, study_name, with_storage_retries
+from tasks.search import (
+    distributions,
+    open_study,
+    storage_for,
+    study_name,
+    with_storage_retries,
+)
 from tasks.session import Session, session_for
 from tasks.trial import run_trial
+from tasks.warmstart import seed_study, seeds_of
 
 __all__ = ["run_cell", "summarize"]
 
@@ -61,18 +68,23 @@ def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
 
 @task(name="cell", cache_policy=NO_CACHE, task_run_name="cell {cell_key}")
 def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
-             session_key: str, max_concurrent_trials: int = 1) -> dict[str, Any]:
+             session_key: str, max_concurrent_trials: int = 1,
+             seed_cells: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Run the cell's study until it holds ``trials`` finished trials in all.
 
-    Trials left RUNNING by an interrupted or dead run are resumed first (same numbers); then
-    new trials are asked in deterministic batches; while another live run trains the rest,
-    the cell waits for it (or for its leases to expire, and takes them over).
+    A new study is first seeded with the best configurations of ``seed_cells`` (its finished
+    neighbours: :mod:`tasks.warmstart`). Trials left RUNNING by an interrupted or dead run are
+    resumed first (same numbers); then new trials are asked in deterministic batches; while
+    another live run trains the rest, the cell waits for it (or for its leases to expire, and
+    takes them over).
     """
     grid, c = GridSettings(**settings), Cell(**cell)
     session = session_for(session_key)
     n_train = len(load_dataset(grid.dataset, seed=grid.seed,
                                root=grid.data_root or None).y_train)
     study = with_storage_retries(lambda: open_study(grid, c, n_train=n_train))
+    if grid.warm_start and seed_cells:
+        with_storage_retries(lambda: _warm_start(grid, c, study, seed_cells))
     exp_id, parent = tracking.with_retries(lambda: tracking.open_cell_run(
         session.tracking, grid, c, study_name(grid, c)), what="opening the cell's run")
     driver = StudyDriver(study, grid, leases=session.leases, owner=session.key,
@@ -101,13 +113,31 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
     return _finish(session, study, c, exp_id, parent, interrupted=False)
 
 
+def _warm_start(grid: GridSettings, c: Cell, study: optuna.Study,
+                seed_cells: list[dict[str, Any]]) -> None:
+    """Enqueue the best configurations of the cell's finished neighbours (once)."""
+    sources = []
+    for d in seed_cells:
+        neighbour = Cell(**d)
+        try:
+            sources.append((neighbour, optuna.load_study(
+                study_name=study_name(grid, neighbour), storage=storage_for(grid.storage))))
+        except KeyError:  # not in this storage (a grid that never ran it)
+            continue
+    seeded = seed_study(study, seeds_of(sources, distributions(grid, c)))
+    if seeded:
+        _logger().info("%s: seeded with %d configuration(s) of %s", c.key, seeded,
+                       [s.key for s, _ in sources])
+
+
 def _run_batch(runner: ThreadPoolTaskRunner[Any], driver: StudyDriver, batch: list[Ticket],
                submit: dict[str, Any]) -> list[TrialResult]:
     """Train a batch of trials at once and record each. An outage (a store that stayed
     unreachable) stops the cell with that store's error."""
     futures = [(t, runner.submit(run_trial, {
         **submit, "number": t.number, "trial_id": t.trial_id, "params": t.params,
-        "lease_key": driver.lease_key(t.number)})) for t in batch]
+        "lease_key": driver.lease_key(t.number), "seeded_from": t.seeded_from}))
+        for t in batch]
     results = [_result_of(ticket, future) for ticket, future in futures]
     for result in results:
         driver.record(result)

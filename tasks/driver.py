@@ -21,6 +21,7 @@ from tasks.grid import GridSettings
 from tasks.leases import Leases
 from tasks.results import TrialResult, TrialState
 from tasks.search import count_finished, sampler_for, with_storage_retries
+from tasks.warmstart import SEEDED_FROM
 
 __all__ = ["StudyDriver", "Ticket", "trial_handle"]
 
@@ -35,6 +36,7 @@ class Ticket:
     number: int
     trial_id: int
     params: dict[str, Any]
+    seeded_from: str = ""  # a warm-start trial: the cell and trial it came from
 
 
 def trial_handle(study: optuna.Study, trial_id: int) -> optuna.Trial:
@@ -64,7 +66,8 @@ class StudyDriver:
             if len(tickets) == self.batch:
                 break
             if self.leases.acquire(self.lease_key(t.number), self.owner):
-                tickets.append(Ticket(t.number, t._trial_id, dict(t.params)))
+                tickets.append(Ticket(t.number, t._trial_id, dict(t.params),
+                                      str(t.user_attrs.get(SEEDED_FROM, ""))))
         return tickets
 
     def held_elsewhere(self) -> int:
@@ -81,10 +84,11 @@ class StudyDriver:
         tickets: list[Ticket] = []
         for _ in range(min(self.batch, remaining)):
             self.study.sampler = sampler_for(self.settings, len(self.study.trials),
-                                             self.study.study_name)
+                                             self.study.study_name, len(self.space))
             t = with_storage_retries(lambda: self.study.ask(self.space))
             if self.leases.acquire(self.lease_key(t.number), self.owner):
-                tickets.append(Ticket(t.number, t._trial_id, dict(t.params)))
+                tickets.append(Ticket(t.number, t._trial_id, dict(t.params),
+                                      str(t.user_attrs.get(SEEDED_FROM, ""))))
         return tickets
 
     def record(self, result: TrialResult) -> None:

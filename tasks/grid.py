@@ -67,8 +67,10 @@ class GridSettings:
     overhead_ms: float | None = None
     overhead_per_rank_ms: float | None = None
     seed: int = 0
-    sampler: str = "tpe"
+    sampler: str = "auto"  # "tpe", "gp", or "auto" (by the search space's size)
+    startup_trials: int = 3  # random trials before the sampler's model (seeds count)
     pruner: str = "bound"
+    warm_start: bool = True  # seed each cell with its finished neighbours' best (tasks.warmstart)
     run_dir: str = ""
     storage: str = ""  # Optuna storage URL
     tracking_uri: str = ""  # MLflow tracking URI
@@ -111,7 +113,8 @@ def cells_of(
     positive_int("trial_attempts", settings.trial_attempts, "a positive integer (tries)")
     positive_float("worker_wait", settings.worker_wait, "a positive number of seconds")
     non_negative_float("retry_backoff", settings.retry_backoff, "seconds, 0 or more")
-    choice("sampler", settings.sampler, ("tpe", "gp"))
+    choice("sampler", settings.sampler, ("auto", "tpe", "gp"))
+    positive_int("startup_trials", settings.startup_trials, "a positive number of trials")
     choice("pruner", settings.pruner, PRUNERS)
     non_negative_float("eval_resolution", settings.eval_resolution,
                        "a fraction >= 0 (0.02: the objective resolved to 2 %)")

@@ -81,12 +81,22 @@ def trial_seed(seed: int, number: int, study: str = "") -> int:
     return int.from_bytes(digest[:4], "little")
 
 
-def sampler_for(settings: GridSettings, number: int = 0,
-                study: str = "") -> optuna.samplers.BaseSampler:
+def sampler_for(settings: GridSettings, number: int = 0, study: str = "",
+                dimensions: int = 1) -> optuna.samplers.BaseSampler:
+    """The cell's sampler, seeded per trial. ``auto``: a Gaussian process for a
+    ``GP_MAX_DIMENSIONS``-dimensional space or smaller, TPE above (chosen by
+    ``bench/search_efficiency.py``). Its first ``startup_trials`` trials (warm-start seeds
+    count) are random; the rest are chosen by the model."""
     seed = trial_seed(settings.seed, number, study)
-    if settings.sampler == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=4)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+    kind = settings.sampler
+    if kind == "auto":
+        kind = "gp" if dimensions <= GP_MAX_DIMENSIONS else "tpe"
+    if kind == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=settings.startup_trials)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.startup_trials)
+
+
+GP_MAX_DIMENSIONS = 1  # sampler="auto": GP up to this many hyperparameters, TPE above
 
 
 def pruner_for(settings: GridSettings, n_train: int) -> optuna.pruners.BasePruner:

@@ -86,6 +86,7 @@ def run_trial(
     experiment_id: str,
     parent_run_id: str,
     lease_key: str = "",
+    seeded_from: str = "",
 ) -> TrialResult:
     """Train trial ``number`` of the cell (continuing its checkpoint if there is one).
 
@@ -101,7 +102,8 @@ def run_trial(
                                metrics_every=grid.metrics_every, target=grid.target_for(c.model))
     try:
         logger.open(experiment_id, parent_run_id=parent_run_id, cell_key=cell_key,
-                    number=number, params=_run_params(grid, c, params))
+                    number=number, params=_run_params(grid, c, params),
+                    seeded_from=seeded_from)
         return _train(grid, c, number=number, trial_id=trial_id, params=params,
                       session=session, logger=logger, lease_key=lease_key)
     except OUTAGES as exc:

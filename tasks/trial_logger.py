@@ -34,11 +34,16 @@ class MlflowTrialLogger:
         self.last: dict[str, Any] = {"batch_size": None, "n_workers": None}
 
     def open(self, experiment_id: str, *, parent_run_id: str, cell_key: str, number: int,
-             params: dict[str, Any]) -> str:
-        """Create (or find again) the trial's run and mark it RUNNING; returns its id."""
+             params: dict[str, Any], seeded_from: str = "") -> str:
+        """Create (or find again) the trial's run and mark it RUNNING (tagged
+        ``damptune.seeded_from`` when a warm start enqueued it); returns its id."""
         self.run_id = tracking.with_retries(lambda: tracking.child_run(
             self.client, experiment_id, parent_id=parent_run_id, cell_key=cell_key,
             number=number, params=params), what="creating the trial's run")
+        if seeded_from:
+            tracking.with_retries(lambda: tracking.set_tags(
+                self.client, self.run_id, {"damptune.seeded_from": seeded_from}),
+                what="tagging the trial's run")
         tracking.with_retries(lambda: self.client.update_run(self.run_id, status="RUNNING"),
                               what="reopening the run")  # a resumed trial continues its run
         self.metrics = tracking.MetricBuffer(self.client, self.run_id)

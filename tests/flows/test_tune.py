@@ -84,3 +84,29 @@ def test_tune_refuses_bad_parameters_before_any_work(tmp_path):
         tune(networks=[2], algorithms=["geodamp"], models=["mlp"], trials=0,
              run_dir=str(run_dir))
     assert not run_dir.exists()
+
+
+def test_warm_start_seeds_a_cell_with_its_finished_neighbours_best_deterministically(
+        tmp_path, scheduler):
+    """The n4 cell starts only once n2 finished, with n2's best configuration enqueued first
+    (recorded in Optuna and MLflow); a second run of the same grid asks the same trials."""
+    from tests.flows.grids import trials_of
+
+    grid = dict(networks=[2, 4], algorithms=["padadamp"], models=["mlp"], epochs=3, trials=3,
+                target_accuracy=0.45, grid_name="w", cluster=scheduler)
+    first, second = str(tmp_path / "a"), str(tmp_path / "b")
+    tune(run_dir=first, **grid)
+    storage = f"sqlite:///{first}/optuna.db"
+    n2 = optuna.load_study(study_name="w/n2/padadamp/mlp", storage=storage)
+    n4 = optuna.load_study(study_name="w/n4/padadamp/mlp", storage=storage)
+    seeded = n4.trials[0]
+    assert seeded.user_attrs["seeded_from"] == f"n2/padadamp/mlp#{n2.best_trial.number}"
+    assert seeded.params == n2.best_params
+    assert all("seeded_from" not in t.user_attrs for t in n2.trials + n4.trials[1:])
+    _, runs = mlflow_runs(first, "w")
+    tags = [r.data.tags for r in runs if r.data.tags.get("damptune.cell") == "n4/padadamp/mlp"
+            and r.data.tags.get("damptune.kind") == "trial"]
+    assert sorted(t.get("damptune.seeded_from", "") for t in tags) == [
+        "", "", seeded.user_attrs["seeded_from"]]
+    tune(run_dir=second, **grid)
+    assert trials_of(second, "w") == trials_of(first, "w")
