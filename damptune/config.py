@@ -62,7 +62,9 @@ class TrainConfig:
     max_batch_size: int = 1024  # examples; the cap of the cap-then-decay rule
     per_worker_batch: int = 128  # examples per rank at which another rank is added
     # examples per forward+backward pass: a rank's larger share is computed in micro-batches
-    # whose gradients add up (None: per_worker_batch); bounds a rank's memory, not its math
+    # whose gradients add up (None: per_worker_batch); bounds a rank's memory, not its math.
+    # The local mode (the single-process reference, the floor of the time measured here) uses
+    # one pass per update unless this is set; the simulated time charges per_worker_batch.
     micro_batch: int | None = None
     min_workers: int = 1
     max_workers: int = 8

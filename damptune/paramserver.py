@@ -1,8 +1,8 @@
 """The parameter server over ``torch.distributed`` (``centralized`` mode).
 
 Rank 0 is the master: it alone holds the optimizer state that counts and applies the update.
-Per update, the training ranks reduce their gradient sums (with the loss sum and rank 0's
-flag) to the master, the master steps, and broadcasts its new weights together with the
+Per update, the training ranks send their gradient sums (with the loss sum and rank 0's
+flag) to the master (a gather, summed there in rank order; gloo's reduce for large models), the master steps, and broadcasts its new weights together with the
 loss, the gradient norm and the flag, so every rank plans the next update exactly as the
 master does. Two collectives per update, no Dask round trip; P may change at any update
 (:mod:`damptune.ranks`).
@@ -31,10 +31,9 @@ class ServerOps(RankOps):
         if self.procs == 1:
             return loss, t_compute, 0.0, flag
         t1 = time.perf_counter()
-        flat = self._flat(loss, flag)
-        dist.reduce(flat, dst=0, op=dist.ReduceOp.SUM, group=self.group)
+        total = self._sum_to_root(self._flat(loss, flag))  # every gradient to the master
         # the others learn the loss and the flag from the master's broadcast in step()
-        loss_total, flag_sum = self._unflat(flat) if self.rank == 0 else (0.0, FLAG_NONE)
+        loss_total, flag_sum = self._unflat(total) if total is not None else (0.0, FLAG_NONE)
         return loss_total, t_compute, time.perf_counter() - t1, flag_sum
 
     def step(self, optimizer: torch.optim.Optimizer, *, lr: float, batch_size: int,

@@ -341,8 +341,7 @@ def _open_runner(stack: contextlib.ExitStack, state: TrainState, data: TrainData
     """The runner of the configured mode (its Dask client closes with ``stack``) and the
     preemption notices of its workers."""
     if state.config.mode == "local":
-        ops = LocalOps(state.model, data.to(state.device),
-                       micro_batch=state.config.micro_batch_size)
+        ops = LocalOps(state.model, data.to(state.device), micro_batch=state.config.micro_batch)
         return _OpsRunner(ops), _Notices(None, None)
     config = state.config
     client = stack.enter_context(
