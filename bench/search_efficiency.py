@@ -1,125 +1,226 @@
-"""Search efficiency on one cell: compute that TPE + pruning needs to get within 5 % of the
-best value an exhaustive grid finds, as a fraction of the exhaustive grid's compute.
+"""Search efficiency: how much compute the grid's adaptive search needs to get within 5 % of
+the best value an exhaustive grid finds, against random search, with and without warm start.
 
-Compute is counted in training examples processed (examples seen, summed over trials). Both
-searches use the pipeline's objective (``tasks.trial.objective``: simulated seconds to the
-target accuracy), the pipeline's trial configuration and, for TPE, its sampler and Hyperband
-pruner (resource: examples seen). Trials train with the engine in ``local`` mode: the same math
-and the same simulated time as on P ranks (``n_workers`` per update is still P's), without
-the Dask round trips, so the benchmark runs in minutes.
+Per cell (different algorithms, network sizes and models, one whose target comes late in
+training) and per seed:
 
-Run: ``python bench/search_efficiency.py [--seeds 0,1,2] [--max-trials 20]``.
-Goal: TPE + pruning within 5 % of the grid's best with <= 20 % of the grid's compute.
+* **exhaustive**: a grid of at least 25 points over the damper's search space, every point
+  trained to its target or its budget (no pruning): its best value is the reference, its
+  compute (examples trained, summed) the unit;
+* **adaptive**: the pipeline's search (``tasks.search.sampler_for``: TPE or GP, seeded per
+  trial, 3 start-up trials; the ``bound`` pruning: a trial stops once its simulated time
+  exceeds the best value so far);
+* **random**: Optuna's RandomSampler with the same pruning;
+* **warm**: the adaptive search, its first trial the best configuration the adaptive search
+  found on the neighbour cell (the nearest smaller network, as the flow's warm start does).
+
+A search stops by its own rule: ``--budget`` trials, or ``--patience`` trials in a row
+without improving its best. It never sees the exhaustive grid's best. Compute to within 5 %:
+the examples trained up to and including the first trial whose value is within 5 % of the
+exhaustive best, as a fraction of the exhaustive grid's compute ("never" when the search
+stopped first).
+
+Trials train with the engine in ``local`` mode (the same math and simulated time as on P
+ranks, without the cluster, so the benchmark runs in minutes), with the pipeline's trial
+configuration and objective (``tasks.trial.trial_config``, ``tasks.objective.objective``).
+
+Run: ``python bench/search_efficiency.py [--seeds 0,1,2] [--samplers auto,tpe,gp]``.
+Goals (medians over cells and seeds): adaptive ≤ 20 % of the grid's compute; adaptive ≤ ½ of
+random; warm start ≤ ½ of the compute without it.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import statistics
 import sys
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# (network, algorithm, model): the exhaustive grid's axes per algorithm
+CELLS = [(4, "geodamp", "mlp"), (16, "padadamp", "mlp"), (8, "adadamp", "cnn")]
+GRIDS: dict[str, dict[str, list[Any]]] = {
+    "geodamp": {"factor": [1.5, 2.0, 3.0, 5.0, 8.0], "delay": [1, 2, 3, 5, 8]},
+    "padadamp": {"rate": [round(0.01 * 1000 ** (i / 24), 4) for i in range(25)]},
+    "adadamp": {"initial": [8, 16, 32, 64, 128], "dwell": [1, 3, 10, 30, 100]},
+}
+WITHIN = 1.05
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--network", type=int, default=4)
-    parser.add_argument("--model", default="mlp")
-    parser.add_argument("--epochs", type=float, default=6.0)
-    parser.add_argument("--factors", default="1.5,2,3,5,8")
-    parser.add_argument("--delays", default="1,2,3,4,6")
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--max-trials", type=int, default=20)
-    args = parser.parse_args(argv)
 
+class Trainer:
+    """Trains one configuration of a cell with the pipeline's trial configuration."""
+
+    def __init__(self, cell: Any, settings: Any) -> None:
+        from damptune import TrainData
+        from models import load_dataset
+
+        self.cell, self.settings = cell, settings
+        self.ds = load_dataset(settings.dataset, seed=settings.seed)
+        self.data = TrainData.from_arrays(self.ds.X_train, self.ds.y_train, self.ds.X_test,
+                                          self.ds.y_test)
+        self.calibration: dict[str, float] = {}
+
+    def __call__(self, params: dict[str, Any], bound: float | None) -> tuple[float, int, bool]:
+        """(value, examples trained, pruned by the bound)."""
+        import dataclasses
+
+        from damptune import calibrate, train
+        from tasks.objective import objective
+        from tasks.trial import trial_config
+
+        config = trial_config(self.settings, self.cell, params, self.ds, bound=bound)
+        config = dataclasses.replace(config, mode="local", **self.calibration)
+        if not self.calibration:
+            config = calibrate(config, self.data)
+            self.calibration = {k: getattr(config, k) for k in (
+                "compute_fixed", "compute_per_example", "compute_forward_fixed",
+                "compute_forward_per_example", "compute_norm")}
+        state = train(config, self.data)
+        value, reached, _ = objective(state.history, target=config.target_accuracy)
+        return value, state.examples_seen, not reached and bound is not None and (
+            state.time_sim >= bound)
+
+
+def exhaustive(trainer: Trainer, algorithm: str) -> tuple[float, int, dict[str, Any]]:
+    """(best value, compute, best params) of the full grid, no pruning."""
+    axes = GRIDS[algorithm]
+    best, compute, best_params = math.inf, 0, {}
+    for values in itertools.product(*axes.values()):
+        params = dict(zip(axes, values, strict=True))
+        value, examples, _ = trainer(params, None)
+        compute += examples
+        if value < best:
+            best, best_params = value, params
+    return best, compute, best_params
+
+
+def search(trainer: Trainer, *, sampler: str, seed: int, budget: int, patience: int,
+           seeds: tuple[dict[str, Any], ...] = ()) -> list[tuple[float, int, dict[str, Any]]]:
+    """The (value, examples, params) of each trial of one search, in order, until its own
+    rule stops it."""
     import optuna
 
-    from damptune import StopTraining, TrainData, train
-    from damptune.records import EvalRecord, Record
-    from models import load_dataset
+    from tasks.search import distributions, sampler_for
+
+    settings = trainer.settings
+    space = distributions(settings, trainer.cell)
+    study = optuna.create_study(direction="minimize")
+    for params in seeds:
+        study.enqueue_trial(params)
+    trials: list[tuple[float, int, dict[str, Any]]] = []
+    best, since = math.inf, 0
+    for number in range(budget):
+        study.sampler = (optuna.samplers.RandomSampler(seed=seed * 1000 + number)
+                         if sampler == "random" else sampler_for(
+                             _with(settings, sampler=sampler, seed=seed), number,
+                             trainer.cell.key, len(space)))
+        trial = study.ask(space)
+        value, examples, pruned = trainer(trial.params, best if math.isfinite(best) else None)
+        trials.append((value, examples, dict(trial.params)))
+        if pruned:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(trial, value)
+        since = 0 if value < best else since + 1
+        best = min(best, value)
+        if since >= patience:
+            break
+    return trials
+
+
+def _with(settings: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(settings, **changes)
+
+
+def fraction(trials: list[tuple[float, int, dict[str, Any]]], best: float,
+             grid_compute: int) -> float:
+    """Compute to the first trial within 5 % of ``best``, as a fraction of the grid's; inf
+    when the search stopped first."""
+    spent = 0
+    for value, examples, _ in trials:
+        spent += examples
+        if value <= WITHIN * best:
+            return spent / grid_compute
+    return math.inf
+
+
+def fmt(x: float) -> str:
+    return "never" if math.isinf(x) else f"{100 * x:.1f} %"
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def run_cell(cell_t: tuple[int, str, str], args: argparse.Namespace,
+             samplers: list[str]) -> dict[str, list[float]]:
+    """Every search of one cell and seed; the fractions by search kind."""
     from tasks.grid import Cell, GridSettings
-    from tasks.search import distributions, pruner_for, sampler_for
-    from tasks.trial import objective, trial_config
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    cell = Cell(args.network, "geodamp", args.model)
-    settings = GridSettings(epochs=args.epochs)
-    target = settings.target_for(args.model)
-    ds = load_dataset("mnist1d", seed=0)
-    data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
-    n_train = len(ds.y_train)
+    network, algorithm, model = cell_t
+    out: dict[str, list[float]] = {}
+    for seed in args.seeds:
+        settings = GridSettings(seed=seed)
+        trainer = Trainer(Cell(network, algorithm, model), settings)
+        best, compute, best_params = exhaustive(trainer, algorithm)
+        kw = {"seed": seed, "budget": args.budget, "patience": args.patience}
+        row = {s: fraction(search(trainer, sampler=s, **kw), best, compute)
+               for s in [*samplers, "random"]}
+        neighbour = Trainer(Cell(network // 2, algorithm, model), settings)
+        found = search(neighbour, sampler="auto", **kw)
+        seed_params = min(found, key=lambda t: t[0])[2]
+        row["warm"] = fraction(search(trainer, sampler="auto", seeds=(seed_params,), **kw),
+                               best, compute)
+        for key, value in row.items():
+            out.setdefault(key, []).append(value)
+        print(f"| n{network}/{algorithm}/{model} | {seed} | {best:.3f} s ({best_params}) | "
+              f"{compute:,} | " + " | ".join(fmt(row[k]) for k in (*samplers, "random", "warm"))
+              + " |", flush=True)
+    return out
 
-    def run(params: dict, trial: optuna.Trial | None = None) -> tuple[float, int, bool]:
-        config = trial_config(settings, cell, params, ds)
-        config.mode = "local"
 
-        def on_record(record: Record) -> None:
-            if not isinstance(record, EvalRecord):
-                return
-            if record.test_accuracy >= target:
-                raise StopTraining("target")
-            if trial is not None:
-                trial.report(1 - record.test_accuracy, step=int(record.examples_seen))
-                if trial.should_prune():
-                    raise StopTraining("pruned")
+def main(argv: list[str] | None = None) -> int:
+    import optuna
 
-        state = train(config, data, callback=on_record)
-        pruned = state.stopped == "pruned"
-        return objective(state.history, target=target)[0], state.examples_seen, pruned
-
-    # the exhaustive grid
-    grid = list(itertools.product([float(f) for f in args.factors.split(",")],
-                                  [int(d) for d in args.delays.split(",")]))
-    grid_values, grid_compute = [], 0
-    for factor, delay in grid:
-        value, examples, _ = run({"factor": factor, "delay": delay})
-        grid_values.append(value)
-        grid_compute += examples
-    best = min(grid_values)
-    goal = 1.05 * best
-    print(f"cell n{args.network}/geodamp/{args.model}, target accuracy {target}, "
-          f"{args.epochs:g} epochs max")
-    print(f"exhaustive grid: {len(grid)} trials, best {best:.4g} s, "
-          f"compute {grid_compute} examples")
-
-    # TPE + Hyperband, as the pipeline runs them
-    space = distributions(settings, cell)
-    rows = []
-    for seed in [int(s) for s in args.seeds.split(",")]:
-        settings.seed = seed
-        study = optuna.create_study(direction="minimize", sampler=sampler_for(settings),
-                                    pruner=pruner_for(settings, n_train))
-        compute, reached_at = 0, None
-        for _ in range(args.max_trials):
-            trial = study.ask(space)
-            value, examples, pruned = run(dict(trial.params), trial)
-            compute += examples
-            if pruned:
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            else:
-                study.tell(trial, value)
-                if value <= goal and reached_at is None:
-                    reached_at = (len(study.trials), compute)
-                    break
-        rows.append((seed, reached_at, study.best_value if study.best_trials else None))
-
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=lambda t: [int(s) for s in t.split(",")],
+                        default=[0, 1, 2])
+    parser.add_argument("--samplers", default="auto,tpe,gp")
+    parser.add_argument("--cells", default=",".join(f"n{n}/{a}/{m}" for n, a, m in CELLS),
+                        help="e.g. n4/geodamp/mlp,n16/padadamp/mlp")
+    parser.add_argument("--budget", type=int, default=15, help="trials per search at most")
+    parser.add_argument("--patience", type=int, default=8,
+                        help="stop after this many trials without improvement")
+    args = parser.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    samplers = args.samplers.split(",")
+    print(f"budget {args.budget} trials, patience {args.patience}; compute to within 5 % of "
+          "the exhaustive best, as a fraction of the exhaustive grid's compute\n")
+    print("| cell | seed | exhaustive best | grid compute (examples) | "
+          + " | ".join(samplers) + " | random | warm (auto) |")
+    print("|---|---|---|---|" + "---|" * (len(samplers) + 2))
+    results: dict[str, list[float]] = {}
+    cells = [(int(c.split("/")[0][1:]), *c.split("/")[1:]) for c in args.cells.split(",")]
+    for cell in cells:
+        for key, values in run_cell(cell, args, samplers).items():
+            results.setdefault(key, []).extend(values)
     print()
-    print("| seed | trials to within 5 % | compute (examples) | fraction of grid compute |")
-    print("|---|---|---|---|")
-    fractions = []
-    for seed, reached_at, _ in rows:
-        if reached_at is None:
-            print(f"| {seed} | not within {args.max_trials} trials | - | - |")
-            continue
-        n, compute = reached_at
-        fractions.append(compute / grid_compute)
-        print(f"| {seed} | {n} | {compute} | {compute / grid_compute:.1%} |")
-    if fractions:
-        med = statistics.median(fractions)
-        print(f"\nmedian fraction {med:.1%} (goal <= 20 %: {'met' if med <= 0.2 else 'not met'}; "
-              f"{len(fractions)}/{len(rows)} seeds reached the goal value)")
+    med = {k: _median(v) for k, v in results.items()}
+    for key in (*samplers, "random", "warm"):
+        print(f"median {key}: {fmt(med[key])}")
+    auto, random_, warm = med["auto"], med["random"], med["warm"]
+    print(f"Goal: adaptive (auto) <= 20 % of the grid's compute: {fmt(auto)}: "
+          + ("met" if auto <= 0.2 else "not met"))
+    print(f"Goal: adaptive <= 1/2 of random: {auto / random_ if random_ else math.nan:.2f}: "
+          + ("met" if auto <= 0.5 * random_ else "not met"))
+    print(f"Goal: warm start <= 1/2 of without: {warm / auto if auto else math.nan:.2f}: "
+          + ("met" if warm <= 0.5 * auto else "not met"))
     return 0
 
 

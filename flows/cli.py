@@ -31,7 +31,7 @@ def _target(text: str) -> float | dict[str, float]:
             return float(text)
         return {k.strip(): float(v) for k, v in (p.split("=") for p in text.split(","))}
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected 0.6 or mlp=0.5,cnn=0.7: {exc}") from exc
+        raise argparse.ArgumentTypeError(f"expected 0.6 or mlp=0.6,cnn=0.85: {exc}") from exc
 
 
 # `damptune tune` options: (flag, flow parameter, type, help); an option not given takes the
@@ -44,7 +44,7 @@ _TUNE_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--data-root", "data_root", str, "directory of the CIFAR-10 python batches (cifar10)"),
     ("--device", "device", str, "cpu, cuda (a GPU per rank) or auto"),
     ("--trials", "trials", int, "trials per cell, in all"),
-    ("--epochs", "epochs", float, "training budget per trial"),
+    ("--epochs", "epochs", "target", "training budget per trial: 12, or mlp=12,cnn=10"),
     ("--target", "target_accuracy", "target",
      "target test accuracy: 0.6, or per model mlp=0.6,cnn=0.85"),
     ("--profile", "profile", str, "network profile of the simulated time"),

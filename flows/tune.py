@@ -23,7 +23,15 @@ from damptune.validate import positive_float, positive_int
 from tasks import tracking
 from tasks.cell import run_cell
 from tasks.console import keep_running_without_console
-from tasks.grid import ALGORITHMS, DEFAULT_TARGETS, MODEL_NAMES, Cell, GridSettings, cells_of
+from tasks.grid import (
+    ALGORITHMS,
+    DEFAULT_EPOCHS,
+    DEFAULT_TARGETS,
+    MODEL_NAMES,
+    Cell,
+    GridSettings,
+    cells_of,
+)
 from tasks.report import GridIncomplete, grid_rows, write_meta, write_summary
 from tasks.search import storage_for
 from tasks.session import open_session
@@ -54,7 +62,7 @@ def tune(
     data_root: str | None = None,
     device: str = "cpu",
     trials: int = 3,
-    epochs: float = 6.0,
+    epochs: float | dict[str, float] = DEFAULT_EPOCHS,  # noqa: B006
     target_accuracy: float | dict[str, float] = DEFAULT_TARGETS,  # noqa: B006
     profile: str = "decentralized-moderate",
     mode: str = "centralized",
@@ -85,7 +93,8 @@ def tune(
 
     Args:
         networks: cluster sizes (ranks); algorithms: damptune.DAMPERS names; models: ``mlp``,
-            ``cnn``, ``wrn16_4``; trials: per cell in all; epochs: a trial's budget.
+            ``cnn``, ``wrn16_4``; trials: per cell in all; epochs: a trial's budget
+            (one value, or one per model).
         dataset: ``mnist1d``, ``digits``, ``synthetic`` or ``cifar10`` (read from data_root,
             a local directory, checked before any work); device: ``cpu``, ``cuda`` (a GPU
             per rank, checked against the workers when the cluster opens) or ``auto``.

@@ -61,7 +61,8 @@ def study_name(settings: GridSettings, cell: Cell) -> str:
 def distributions(settings: GridSettings, cell: Cell) -> dict[str, BaseDistribution]:
     """The damper's declared space, clipped to the trial budget and the cell's cap."""
     cap = cap_for(cell.network, settings.per_worker_batch)
-    space = DAMPERS[cell.algorithm].space(max_epochs=settings.epochs) or (LR_PARAM,)
+    space = DAMPERS[cell.algorithm].space(max_epochs=settings.epochs_for(cell.model)) or (
+        LR_PARAM,)
     out: dict[str, BaseDistribution] = {}
     for p in space:
         high = min(p.high, cap) if p.unit == "examples" else p.high
@@ -99,7 +100,8 @@ def sampler_for(settings: GridSettings, number: int = 0, study: str = "",
 GP_MAX_DIMENSIONS = 1  # sampler="auto": GP up to this many hyperparameters, TPE above
 
 
-def pruner_for(settings: GridSettings, n_train: int) -> optuna.pruners.BasePruner:
+def pruner_for(settings: GridSettings, n_train: int, *,
+               epochs: float) -> optuna.pruners.BasePruner:
     """Optuna's pruner of the cell (the ``bound`` rule is the engine's ``max_time_sim``, set by
     the trial). Resources are examples seen: ``eval_every`` epochs at least, the whole budget
     at most; the values are the objective so far (:func:`tasks.objective.value_so_far`)."""
@@ -110,7 +112,7 @@ def pruner_for(settings: GridSettings, n_train: int) -> optuna.pruners.BasePrune
         return optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource,
                                                       reduction_factor=3)
     return optuna.pruners.HyperbandPruner(
-        min_resource=min_resource, max_resource=int(n_train * settings.epochs),
+        min_resource=min_resource, max_resource=int(n_train * epochs),
         reduction_factor=3,
     )
 
@@ -122,7 +124,7 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
         storage=storage_for(settings.storage),
         direction="minimize",
         sampler=sampler_for(settings),
-        pruner=pruner_for(settings, n_train),
+        pruner=pruner_for(settings, n_train, epochs=settings.epochs_for(cell.model)),
         load_if_exists=True,
     )
     for key, value in {"grid": settings.grid_name, "network": cell.network,

@@ -326,7 +326,7 @@ def open_cell_run(client: MlflowClient, grid: GridSettings, cell: Cell,
         "network": cell.network, "algorithm": cell.algorithm, "model": cell.model,
         "dataset": grid.dataset, "target_accuracy": grid.target_for(cell.model),
         "profile": grid.profile, "mode": grid.mode, "trials": grid.trials,
-        "epochs": grid.epochs, "seed": grid.seed, "sampler": grid.sampler,
+        "epochs": grid.epochs_for(cell.model), "seed": grid.seed, "sampler": grid.sampler,
         "pruner": grid.pruner, "study": study,
     })
     client.update_run(parent, status="RUNNING")

@@ -58,7 +58,8 @@ def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
         lr=float(params.get("lr", settings.lr)), damper=cell.algorithm,
         damper_kwargs=damper_kwargs, max_batch_size=cap,
         per_worker_batch=settings.per_worker_batch, min_workers=1, max_workers=cell.network,
-        max_epochs=settings.epochs, eval_every=settings.eval_every, seed=settings.seed,
+        max_epochs=settings.epochs_for(cell.model), eval_every=settings.eval_every,
+        seed=settings.seed,
         eval_resolution=settings.eval_resolution, eval_dense_margin=settings.eval_dense_margin,
         target_accuracy=settings.target_for(cell.model), max_time_sim=bound,
         mode=settings.mode, device=settings.device, profile=settings.profile,
@@ -114,7 +115,7 @@ def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any]) -> dict[str
     return {"algorithm": c.algorithm, "network": c.network, "model": c.model,
             "dataset": grid.dataset, "seed": grid.seed, "mode": grid.mode, "device": grid.device,
             "profile": grid.profile, "target_accuracy": grid.target_for(c.model),
-            "epochs": grid.epochs, **{f"hp.{k}": v for k, v in params.items()}}
+            "epochs": grid.epochs_for(c.model), **{f"hp.{k}": v for k, v in params.items()}}
 
 
 def checkpoint_path(grid: GridSettings, c: Cell, number: int) -> str:
