@@ -61,7 +61,7 @@ def tune(
     dataset: str = "mnist1d",
     data_root: str | None = None,
     device: str = "cpu",
-    trials: int = 3,
+    trials: int = 8,
     epochs: float | dict[str, float] = DEFAULT_EPOCHS,  # noqa: B006
     target_accuracy: float | dict[str, float] = DEFAULT_TARGETS,  # noqa: B006
     profile: str = "decentralized-moderate",
@@ -107,7 +107,8 @@ def tune(
             pruner: ``bound`` (stop a trial once its simulated time
             exceeds the cell's best), ``hyperband``/``sha`` (that and Optuna's), ``none``;
             warm_start: seed each cell with its finished neighbours' best configurations.
-        mode: ``centralized`` or ``decentralized``; per_worker_batch: examples per rank.
+        mode: ``centralized``, ``decentralized`` or ``local`` (in this process, no ranks: the
+            same math); per_worker_batch: examples per rank.
         run_dir: studies, runs, checkpoints, summaries (default ``runs/<grid>``); storage,
             tracking_uri: Optuna and MLflow URIs (default SQLite in run_dir; MLflow's is
             ``$MLFLOW_TRACKING_URI`` if set); cluster: ``local``, a scheduler address, or a

@@ -21,6 +21,9 @@ MODEL_NAMES = ("mlp", "cnn")
 # win); "hyperband", "sha": that, and Optuna's multi-fidelity pruner on the objective so far;
 # "none": every trial runs to its target or its epochs
 PRUNERS = ("bound", "hyperband", "sha", "none")
+# "local": every trial trains in the flow's process, without ranks (the same math and simulated
+# time; for a laptop, or a benchmark of the answer such as bench/answer_stability.py)
+GRID_MODES = ("centralized", "decentralized", "local")
 # where the ranks train: 'cpu'; 'cuda' (a GPU per rank, checked against the cluster's workers
 # when the session opens); 'auto' (CUDA when the workers have it); damptune.devices
 GRID_DEVICES = ("cpu", "cuda", "auto")
@@ -54,7 +57,7 @@ class GridSettings:
     dataset: str = "mnist1d"
     data_root: str = ""  # directory of a local dataset (cifar10's python batches); read here
     device: str = "cpu"  # one of GRID_DEVICES
-    trials: int = 3  # per cell, in all (a rerun tops up)
+    trials: int = 8  # per cell, in all (a rerun tops up)
     # training budget per trial, in epochs, for all models or per model (it stops at the target)
     epochs: float | dict[str, float] = field(default_factory=lambda: dict(DEFAULT_EPOCHS))
     # test accuracy at which the objective's clock stops: one for all models, or per model
@@ -124,7 +127,7 @@ def cells_of(
     positive_int("per_worker_batch", settings.per_worker_batch, "a positive integer (examples)")
     positive_int("initial_batch", settings.initial_batch, "a positive integer (examples)")
     get_profile(settings.profile)
-    choice("mode", settings.mode, ("centralized", "decentralized"))
+    choice("mode", settings.mode, GRID_MODES)
     positive_int("trial_attempts", settings.trial_attempts, "a positive integer (tries)")
     positive_float("worker_wait", settings.worker_wait, "a positive number of seconds")
     non_negative_float("retry_backoff", settings.retry_backoff, "seconds, 0 or more")

@@ -146,7 +146,8 @@ def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: d
     heartbeat = Heartbeat(session.leases, lease_key or f"{study.study_name}#{number}",
                           session.key)
     try:
-        with heartbeat, worklog, session.pool.acquire(c.network) as gang:
+        ranks = 0 if grid.mode == "local" else c.network  # local: no workers to hold
+        with heartbeat, worklog, session.pool.acquire(ranks) as gang:
             # measured on rank 0's worker when ranks train on GPUs (here may have none)
             config = CalibrationKeeper(study).resolve(config, data, client=session.pool.client,
                                                       worker=gang.addresses[0])
