@@ -150,7 +150,7 @@ def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: d
         with heartbeat, worklog, session.pool.acquire(ranks) as gang:
             # measured on rank 0's worker when ranks train on GPUs (here may have none)
             config = CalibrationKeeper(study).resolve(config, data, client=session.pool.client,
-                                                      worker=gang.addresses[0])
+                                                      worker=next(iter(gang.addresses), None))
             state = train(config, data, cluster=session.pool.address, workers=gang,
                           callback=callback, checkpoint_path=checkpoint_path(grid, c, number),
                           resume=True, should_stop=heartbeat.stop_reason,
