@@ -1,14 +1,19 @@
 """The tune flow on tiny grids, with real Prefect (test harness), Optuna on SQLite, MLflow on
 SQLite and real Dask clusters."""
 
+import json
 import os
+from pathlib import Path
 
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
 from damptune import ConfigError
 from flows.tune import tune
+from tasks.figures import FIGURES
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -49,6 +54,20 @@ def test_tune_tiny_grid_records_study_runs_and_summary(tmp_path):
     assert artifacts == {"plots/schedule.png", "plots/accuracy_vs_time.png"}
     assert parents[0].data.tags["damptune.best_trial"] == str(rows[0]["best_trial"])
     assert os.path.exists(f"{run_dir}/summary.csv") and os.path.exists(f"{run_dir}/summary.md")
+    # the report: ranking and figures in the run directory, on the summary run, in Prefect
+    report = json.loads(Path(f"{run_dir}/report/report.json").read_text())
+    assert [(r["algorithm"], r["rank"], r["best_value"]) for r in report] == [
+        ("geodamp", 1, rows[0]["best_value"])]
+    summary = next(r for r in runs if r.data.tags.get("damptune.kind") == "grid")
+    logged = {a.path for a in client.list_artifacts(summary.info.run_id, "report")}
+    assert {f"report/{name}" for name in FIGURES} | {"report/report.md"} <= logged
+    for name in FIGURES:
+        assert os.path.getsize(f"{run_dir}/report/{name}") > 20_000
+    with get_client(sync_client=True) as prefect:
+        keys = {a.key for a in prefect.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(like_="report-tiny")))}
+    assert keys == {"report-tiny", *(f"report-tiny-{n.removesuffix('.png').replace('_', '-')}"
+                                     for n in FIGURES)}
 
     # a rerun tops the study up to the new total, and never beyond it
     tune(trials=3, grid_name="tiny", run_dir=run_dir, cluster="local", **TINY)
