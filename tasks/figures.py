@@ -60,16 +60,14 @@ def _panels(plt: Any, n: int, *, height: float = 4.0) -> tuple[Any, list[Any]]:
     return fig, list(axes[0])
 
 
-def _finish(plt: Any, fig: Any, path: str, handles: list[Any]) -> str:
+def _finish(fig: Any, handles: list[Any]) -> Any:
     """A legend below the panels (one row up to 5 entries, else two), the layout tightened
-    around it, the PNG saved."""
+    around it."""
     ncol = max(len(handles), 1) if len(handles) <= 5 else -(-len(handles) // 2)
     rows = -(-len(handles) // ncol)
     fig.legend(handles=handles, loc="lower center", ncol=ncol, frameon=False, fontsize=9)
     fig.tight_layout(rect=(0, 0.07 * rows + 0.02, 1, 1))
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return fig
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "*", "h")
@@ -88,8 +86,9 @@ def _axis_scale(ax: Any, values: list[float]) -> None:
         ax.set_yscale("log")
 
 
-def time_vs_network(report: dict[str, Any], path: str) -> str:
-    """Best simulated time to the target against network size (the headline)."""
+def time_vs_network(report: dict[str, Any]) -> Any:
+    """Best simulated time to the target against network size (the headline): a Figure whose
+    panels (one per model) hold one line per algorithm, labelled with its name."""
     plt = _pyplot()
     from matplotlib.lines import Line2D
     from matplotlib.ticker import NullLocator
@@ -105,10 +104,11 @@ def time_vs_network(report: dict[str, Any], path: str) -> str:
                            key=lambda r: r["network"])
             style = _style(algorithm, algorithms)
             ax.plot([c["network"] for c in cells], [c["best_value"] for c in cells],
-                    markersize=6, alpha=0.9, **style)
+                    markersize=6, alpha=0.9, label=algorithm, **style)
             missed = [c for c in cells if c.get("reached") is False]
             ax.scatter([c["network"] for c in missed], [c["best_value"] for c in missed],
-                       marker="X", s=130, color=style["color"], edgecolors="black", zorder=3)
+                       marker="X", s=130, color=style["color"], edgecolors="black", zorder=3,
+                       label=f"{algorithm}: missed the target")
         ax.set_xscale("log", base=2)
         ax.set_xticks(networks, [str(n) for n in networks])
         ax.xaxis.set_minor_locator(NullLocator())
@@ -121,7 +121,7 @@ def time_vs_network(report: dict[str, Any], path: str) -> str:
     handles.append(Line2D([], [], color="grey", marker="X", markeredgecolor="black",
                           linestyle="", markersize=9, label="best trial missed the target"))
     fig.suptitle("Least simulated time to the target accuracy, per network size")
-    return _finish(plt, fig, path, handles)
+    return _finish(fig, handles)
 
 
 def _largest(report: dict[str, Any], model: str) -> int | None:
@@ -129,9 +129,10 @@ def _largest(report: dict[str, Any], model: str) -> int | None:
     return max(networks) if networks else None
 
 
-def accuracy_curves(report: dict[str, Any], path: str, *, x_key: str, x_label: str) -> str:
+def accuracy_curves(report: dict[str, Any], *, x_key: str, x_label: str) -> Any:
     """Test accuracy of each algorithm's best trial at the largest network against
-    ``x_key`` (``time_sim``, ``update`` or ``epoch``), with the target dashed."""
+    ``x_key`` (``time_sim``, ``update`` or ``epoch``), with the target dashed: a Figure, one
+    panel per model, one line per algorithm labelled with its name."""
     plt = _pyplot()
     from matplotlib.lines import Line2D
 
@@ -142,7 +143,8 @@ def accuracy_curves(report: dict[str, Any], path: str, *, x_key: str, x_label: s
         for c in report["curves"]:
             if c["model"] == model and c["network"] == largest and c["curve"]:
                 ax.plot([p[x_key] for p in c["curve"]], [p["test_accuracy"] for p in c["curve"]],
-                        markersize=3, alpha=0.9, **_style(c["algorithm"], algorithms))
+                        markersize=3, alpha=0.9, label=c["algorithm"],
+                        **_style(c["algorithm"], algorithms))
         target = targets.get(model)
         if target is not None:
             ax.axhline(float(target), color="black", linestyle="--", linewidth=1)
@@ -153,11 +155,13 @@ def accuracy_curves(report: dict[str, Any], path: str, *, x_key: str, x_label: s
         ax.grid(alpha=0.3)
     handles = [Line2D([], [], label=a, **_style(a, algorithms)) for a in algorithms]
     handles.append(Line2D([], [], color="black", linestyle="--", label="target accuracy"))
-    return _finish(plt, fig, path, handles)
+    return _finish(fig, handles)
 
 
-def profiles_bars(report: dict[str, Any], path: str) -> str:
-    """Each algorithm's best trial at the largest network, replayed on every profile."""
+def profiles_bars(report: dict[str, Any]) -> Any:
+    """Each algorithm's best trial at the largest network, replayed on every profile: a
+    Figure, one panel per model, one bar per algorithm and profile (its gid
+    ``"<algorithm> on <profile>"``)."""
     plt = _pyplot()
     from matplotlib.patches import Patch
     from matplotlib.transforms import blended_transform_factory as blended
@@ -177,7 +181,7 @@ def profiles_bars(report: dict[str, Any], path: str) -> str:
                 x = i + (j - (len(names) - 1) / 2) * width
                 if hit is not None and hit["reached"]:
                     ax.bar(x, hit["seconds"], width, color=shades[j], edgecolor="black",
-                           linewidth=0.5)
+                           linewidth=0.5, gid=f"{algorithm} on {name}")
                 elif hit is not None:  # not reached: no bar, a note just above the axis
                     ax.text(x, 0.02, "n/r", transform=blended(ax.transData, ax.transAxes),
                             ha="center", va="bottom", fontsize=8, color="dimgrey")
@@ -191,7 +195,7 @@ def profiles_bars(report: dict[str, Any], path: str) -> str:
     if any(not r["reached"] for r in report["profiles"]):
         handles.append(Patch(facecolor="none", edgecolor="none",
                              label="n/r: target not reached"))
-    return _finish(plt, fig, path, handles)
+    return _finish(fig, handles)
 
 
 def draw_figures(report: dict[str, Any], out_dir: str, *,
@@ -202,18 +206,23 @@ def draw_figures(report: dict[str, Any], out_dir: str, *,
     (the others are still drawn); without it, the error is raised."""
     if not report["ranking"]:
         return []
-    draws: list[tuple[str, Callable[..., str], dict[str, str]]] = [
+    draws: list[tuple[str, Callable[..., Any], dict[str, str]]] = [
         (FIGURES[0], time_vs_network, {})]
     draws += [(name, accuracy_curves, {"x_key": x_key, "x_label": x_label})
               for name, (x_key, x_label) in CURVE_AXES.items()]
     draws.append((FIGURES[-1], profiles_bars, {}))
     paths = []
     for name, draw, kwargs in draws:
+        path = os.path.join(out_dir, name)
         try:
-            paths.append(draw(report, os.path.join(out_dir, name), **kwargs))
+            fig = draw(report, **kwargs)
+            try:
+                fig.savefig(path)
+            finally:
+                _pyplot().close(fig)
+            paths.append(path)
         except Exception as exc:
             if errors is None:
                 raise
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
-            _pyplot().close("all")
     return paths

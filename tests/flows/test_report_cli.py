@@ -83,3 +83,17 @@ def test_report_on_a_run_dir_without_studies_names_it(tmp_path):
     out = report("--run-dir", str(tmp_path / "empty"), "--json")
     assert out.returncode == 2 and out.stdout == ""
     assert "found none" in out.stderr and "damptune tune" in out.stderr
+
+
+def test_report_reads_checkpoints_from_the_grid_checkpoint_root(tmp_path):
+    """A grid whose checkpoints are elsewhere (``checkpoint_root``, kept in grid.json) is
+    reported with its histories; ``--checkpoint-root`` overrides it."""
+    settings = settings_for(str(tmp_path / "g2"), grid_name="g2",
+                            checkpoint_root=str(tmp_path / "ckpts"))
+    build_grid(settings, networks=(2,), algorithms=("geodamp",),
+               trials={"geodamp": [{"factor": 4.0, "delay": 1}]})
+    assert os.path.exists(tmp_path / "ckpts" / "checkpoints" / "n2" / "geodamp" / "mlp")
+    (row,) = map(json.loads, report("--run-dir", settings.run_dir, "--json").stdout.splitlines())
+    assert row["history"] == "ok" and row["reached"] is True
+    out = report("--run-dir", settings.run_dir, "--json", "--checkpoint-root", str(tmp_path))
+    assert json.loads(out.stdout)["history"].startswith("history unavailable")
