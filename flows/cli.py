@@ -132,8 +132,8 @@ def _tune(args: argparse.Namespace) -> int:
     finally:
         stop.set()
     _print_rows(rows, as_json=False)
-    print(f"summary: {settings.run_dir}/summary.md; report: damptune report --run-dir "
-          f"{settings.run_dir}")
+    print(f"summary: {settings.run_dir}/summary.md; report (ranking and figures): "
+          f"{settings.run_dir}/report/report.md; damptune report --run-dir {settings.run_dir}")
     return 0
 
 

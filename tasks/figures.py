@@ -61,9 +61,9 @@ def _panels(plt: Any, n: int, *, height: float = 4.0) -> tuple[Any, list[Any]]:
 
 
 def _finish(fig: Any, handles: list[Any]) -> Any:
-    """A legend below the panels (one row up to 5 entries, else two), the layout tightened
-    around it."""
-    ncol = max(len(handles), 1) if len(handles) <= 5 else -(-len(handles) // 2)
+    """A legend below the panels (as many columns as fit the figure's width, about 2 inches
+    each), the layout tightened around it."""
+    ncol = max(1, min(len(handles), int(fig.get_figwidth() // 2.0)))
     rows = -(-len(handles) // ncol)
     fig.legend(handles=handles, loc="lower center", ncol=ncol, frameon=False, fontsize=9)
     fig.tight_layout(rect=(0, 0.07 * rows + 0.02, 1, 1))
@@ -118,8 +118,9 @@ def time_vs_network(report: dict[str, Any]) -> Any:
         ax.set_title(f"{model}: target accuracy {targets.get(model)}")
         ax.grid(alpha=0.3, which="both")
     handles = [Line2D([], [], label=a, **_style(a, algorithms)) for a in algorithms]
-    handles.append(Line2D([], [], color="grey", marker="X", markeredgecolor="black",
-                          linestyle="", markersize=9, label="best trial missed the target"))
+    if any(r.get("reached") is False for r in report["ranking"]):
+        handles.append(Line2D([], [], color="grey", marker="X", markeredgecolor="black",
+                              linestyle="", markersize=9, label="best trial missed the target"))
     fig.suptitle("Least simulated time to the target accuracy, per network size")
     return _finish(fig, handles)
 
