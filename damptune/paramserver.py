@@ -4,8 +4,8 @@ Rank 0 is the master: it alone holds the optimizer state that counts and applies
 Per update, the training ranks send their gradient sums (with the loss sum and rank 0's
 flag) to the master (a gather, summed there in rank order; gloo's reduce for large models),
 the master steps, and broadcasts its new weights together with the loss, the gradient norm
-and the flag, so every rank plans the next update exactly as the master does. Two collectives per update, no Dask round trip; P may change at any update
-(:mod:`damptune.ranks`).
+and the flag, so every rank plans the next update exactly as the master does. Two
+collectives per update, no Dask round trip; P may change at any update (:mod:`damptune.ranks`).
 """
 
 from __future__ import annotations

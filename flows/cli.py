@@ -128,19 +128,25 @@ def _tune(args: argparse.Namespace) -> int:
     finally:
         stop.set()
     _print_rows(rows, as_json=False)
-    print(f"summary: {settings.run_dir}/summary.md; report: damptune report --run-dir "
-          f"{settings.run_dir}")
+    print(f"summary: {settings.run_dir}/summary.md; report (ranking and figures): "
+          f"{settings.run_dir}/report/report.md; damptune report --run-dir {settings.run_dir}")
     return 0
 
 
 def register_report(sub: Any) -> None:
-    r = sub.add_parser("report", help="best hyperparameters and value per cell of a grid")
+    r = sub.add_parser("report", help="rank each (network, model)'s algorithms by best "
+                       "simulated time to the target; write the report and its figures")
     r.add_argument("--run-dir", default=os.path.join("runs", "grid"),
                    help="the grid's run directory (default runs/grid)")
     r.add_argument("--storage", default=None,
                    help="Optuna storage URL (default: SQLite in the run directory)")
     r.add_argument("--grid-name", default=None, help="only this grid's cells")
-    r.add_argument("--json", action="store_true", help="one JSON object per cell")
+    r.add_argument("--checkpoint-root", default=None, help="where the trials' checkpoints are "
+                   "(default: the grid's checkpoint_root, else the run directory)")
+    r.add_argument("--out", default=None,
+                   help="directory of the report's files and figures (default RUN_DIR/report)")
+    r.add_argument("--json", action="store_true",
+                   help="one JSON object per algorithm per (network, model) pair")
     r.set_defaults(handler=_report)
 
 
@@ -160,9 +166,43 @@ def _print_rows(rows: list[dict[str, Any]], *, as_json: bool) -> None:
                                               if row["n_interrupted"] else ""))
 
 
+def _print_ranking(ranking: list[dict[str, Any]]) -> None:
+    """Per (network, model) pair, its algorithms in rank order, with the cells' counts."""
+    pair = None
+    for row in ranking:
+        if (row["network"], row["model"]) != pair:
+            pair = (row["network"], row["model"])
+            print(f"\n{row['model']} on {row['network']} ranks (target "
+                  f"{row.get('target_accuracy')}):")
+            print(f"  {'#':<2} {'algorithm':<11} {'best (s)':>10} {'speedup':>8} {'reached':<8}"
+                  f" {'updates':>7} {'epochs':>6} {'trial':>5}  counts c/p/f/i  best "
+                  "hyperparameters")
+        value = "-" if row["best_value"] is None else f"{row['best_value']:.4g}"
+        speedup = (f"{row['speedup_vs_geodamplr']:.2f}x" if row["speedup_vs_geodamplr"]
+                   else "-")
+        reached = {True: "yes", False: "NO", None: "?"}[row["reached"]]
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in row["best_params"].items()) or "-"
+        counts = "/".join(str(row[k]) for k in ("n_complete", "n_pruned", "n_failed",
+                                                 "n_interrupted"))
+        print(f"  {row['rank'] or '-':<2} {row['algorithm']:<11} {value:>10} {speedup:>8} "
+              f"{reached:<8} {_num(row['updates_to_target']):>7} "
+              f"{_num(row['epochs_to_target']):>6} {_num(row['best_trial']):>5}  "
+              f"{counts:<14} {params}")
+        if row["history"] != "ok":
+            print(f"     {row['history']}")
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
 def _report(args: argparse.Namespace) -> int:
     from damptune import ConfigError
-    from tasks.report import grid_rows, read_meta
+    from tasks.answer import RANK_COLUMNS
+    from tasks.report import REPORT_DIR, build_report, grid_rows, read_meta, write_report
 
     run_dir = os.path.abspath(args.run_dir)
     meta = read_meta(run_dir)
@@ -170,15 +210,35 @@ def _report(args: argparse.Namespace) -> int:
     if not args.storage and not os.path.exists(os.path.join(run_dir, "optuna.db")):
         raise ConfigError("--run-dir", args.run_dir,
                           "a grid's run directory holding optuna.db (or give --storage)")
-    rows = grid_rows(storage, grid_name=args.grid_name or meta.get("grid_name"))
-    _print_rows(rows, as_json=args.json)
-    if not args.json:
-        tracking = meta.get("tracking_uri") or f"sqlite:///{run_dir}/mlflow.db"
-        ui = tracking if tracking.startswith("http") else (
-            f"run `mlflow ui --backend-store-uri {tracking}`")
-        print(f"\nOptuna storage: {storage} (optuna-dashboard {storage})")
-        print(f"MLflow: {ui}")
-        if meta.get("prefect_api_url"):
-            print(f"Prefect UI: {meta['prefect_api_url'].removesuffix('/api')}")
-        print(f"Summary: {run_dir}/summary.md")
+    grid_name = args.grid_name or meta.get("grid_name")
+    rows = grid_rows(storage, grid_name=grid_name)
+    if not rows:
+        raise ConfigError("--run-dir" if not args.storage else "--storage",
+                          args.storage or args.run_dir,
+                          "an Optuna storage holding the cell studies of a grid (found none "
+                          + (f"of grid {grid_name!r} " if grid_name else "")
+                          + f"in {storage}); run `damptune tune` first or give --grid-name")
+    root = args.checkpoint_root or meta.get("checkpoint_root") or ""
+    report = build_report(rows, run_dir=run_dir, checkpoint_root=root)
+    out = os.path.abspath(args.out or os.path.join(run_dir, REPORT_DIR))
+    written = write_report(report, out, title=f"Grid {grid_name or ''}".strip())
+    if args.json:
+        for row in report["ranking"]:
+            print(json.dumps({k: row.get(k) for k in RANK_COLUMNS}))
+        print(f"report: {len(written)} files in {out}", file=sys.stderr)
+        return 0
+    _print_ranking(report["ranking"])
+    _print_locations(meta, storage=storage, run_dir=run_dir, out=out)
     return 0
+
+
+def _print_locations(meta: dict[str, Any], *, storage: str, run_dir: str, out: str) -> None:
+    tracking = meta.get("tracking_uri") or f"sqlite:///{run_dir}/mlflow.db"
+    ui = tracking if tracking.startswith("http") else (
+        f"run `mlflow ui --backend-store-uri {tracking}`")
+    print(f"\nReport: {out}/report.md (figures: {out}/*.png)")
+    print(f"Optuna storage: {storage} (optuna-dashboard {storage})")
+    print(f"MLflow: {ui}")
+    if meta.get("prefect_api_url"):
+        print(f"Prefect UI: {meta['prefect_api_url'].removesuffix('/api')}")
+    print(f"Summary: {run_dir}/summary.md")

@@ -32,6 +32,7 @@ from tasks.grid import (
     GridSettings,
     cells_of,
 )
+from tasks.publish import publish_report
 from tasks.report import GridIncomplete, grid_rows, write_meta, write_summary
 from tasks.search import storage_for
 from tasks.session import open_session
@@ -232,6 +233,7 @@ def _prepare(settings: GridSettings, *, n_cells: int) -> None:
     write_meta(settings.run_dir, {"grid_name": settings.grid_name,
                                   "storage": tracking.redact(settings.storage),
                                   "tracking_uri": tracking.redact(settings.tracking_uri),
+                                  "checkpoint_root": settings.checkpoint_root,
                                   "prefect_api_url": os.environ.get("PREFECT_API_URL", "")})
     storage_for(settings.storage)
     tracking.experiment_id(tracking.client_for(settings.tracking_uri),
@@ -249,16 +251,17 @@ def _flow_run_key() -> str:
 
 def _summarize(settings: GridSettings, cells: list[Cell],
                failures: list[str]) -> list[dict[str, Any]]:
-    """The grid's rows: written to the run directory, MLflow and a Prefect artifact; then
-    :class:`GridIncomplete` if trials failed or were left interrupted, or cells stopped."""
+    """The grid's rows: written to the run directory, MLflow and a Prefect artifact, with the
+    report (ranking and figures, :mod:`tasks.publish`); then :class:`GridIncomplete` if trials
+    failed or were left interrupted, or cells stopped."""
     logger = get_run_logger()
     keys = {c.key for c in cells}
     rows = [r for r in grid_rows(settings.storage, grid_name=settings.grid_name)
             if f"n{r['network']}/{r['algorithm']}/{r['model']}" in keys]
     csv_path, md_path = write_summary(rows, settings.run_dir)
-    client = tracking.client_for(settings.tracking_uri)
+    client, summary_run = tracking.client_for(settings.tracking_uri), None
     try:
-        tracking.with_retries(lambda: tracking.log_grid_summary(
+        summary_run = tracking.with_retries(lambda: tracking.log_grid_summary(
             client, tracking.experiment_id(client, grid_name=settings.grid_name,
                                            artifact_root=f"{settings.run_dir}/mlartifacts"),
             grid_name=settings.grid_name, rows=rows, files=(csv_path, md_path)),
@@ -268,6 +271,8 @@ def _summarize(settings: GridSettings, cells: list[Cell],
     with open(md_path) as f:
         create_markdown_artifact(markdown=f"# Grid `{settings.grid_name}`\n\n" + f.read(),
                                  key=f"summary-{settings.grid_name}".lower().replace("_", "-"))
+    # the ranking and figures: files, MLflow, Prefect artifacts (a failure is only a warning)
+    publish_report(settings, rows, client=client, summary_run_id=summary_run)
     if failures or any(r["n_failed"] or r["n_interrupted"] for r in rows):
         incomplete = GridIncomplete(rows, failures)
         logger.error("%s%s", incomplete, f"; stop requested: {interrupt.requested()}"

@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from typing import Any
 
 import optuna
 
+from damptune import DamptuneError
+from damptune.checkpoint import load_checkpoint
+from tasks.answer import (
+    RANK_COLUMNS,
+    eval_curve,
+    profiles_markdown,
+    progress_to_target,
+    rank_cells,
+    ranking_markdown,
+    replay_on_profiles,
+)
 from tasks.cell import summarize
-from tasks.grid import Cell
+from tasks.figures import draw_figures
+from tasks.grid import Cell, GridSettings
 from tasks.search import storage_for
+from tasks.trial import checkpoint_path
 
-__all__ = ["grid_rows", "write_summary", "COLUMNS", "read_meta", "write_meta", "GridIncomplete"]
+__all__ = ["grid_rows", "write_summary", "COLUMNS", "read_meta", "write_meta", "GridIncomplete",
+           "build_report", "write_report", "REPORT_DIR", "PROFILE_COLUMNS"]
 
 COLUMNS = ("network", "algorithm", "model", "best_value", "best_params", "n_complete",
            "n_pruned", "n_failed", "n_interrupted", "study")
@@ -46,7 +61,9 @@ class GridIncomplete(RuntimeError):
 
 
 def grid_rows(storage: str, *, grid_name: str | None = None) -> list[dict[str, Any]]:
-    """One row per cell study found in ``storage`` (optionally only one grid's)."""
+    """One row per cell study found in ``storage`` (optionally only one grid's): the cell's
+    summary (:func:`tasks.cell.summarize`) with its study's ``grid``, ``target_accuracy`` and
+    ``profile``."""
     rows = []
     store = storage_for(storage)
     for s in optuna.get_all_study_summaries(store, include_best_trial=False):
@@ -55,7 +72,9 @@ def grid_rows(storage: str, *, grid_name: str | None = None) -> list[dict[str, A
             continue
         study = optuna.load_study(study_name=s.study_name, storage=store)
         cell = Cell(int(attrs["network"]), str(attrs["algorithm"]), str(attrs["model"]))
-        rows.append(summarize(study, cell))
+        rows.append({**summarize(study, cell), "grid": attrs.get("grid"),
+                     "target_accuracy": attrs.get("target_accuracy"),
+                     "profile": attrs.get("profile")})
     rows.sort(key=lambda r: (r["network"], r["algorithm"], r["model"]))
     return rows
 
@@ -97,3 +116,102 @@ def read_meta(run_dir: str) -> dict[str, Any]:
         return {}
     with open(path) as f:
         return dict(json.load(f))
+
+
+# -- the report: the ranking, the best trials' histories, their replay on every profile ---------
+REPORT_DIR = "report"
+
+
+def _evidence(row: dict[str, Any], *, run_dir: str,
+              checkpoint_root: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What the cell's best trial's checkpoint says: its progress to the target and a status
+    (``"ok"`` or why the history is unavailable), and the checkpoint itself (None if
+    unavailable)."""
+    if row["best_trial"] is None:
+        return {**progress_to_target([], target=1.0), "reached": None,
+                "history": "no COMPLETE trial"}, None
+    cell = Cell(int(row["network"]), str(row["algorithm"]), str(row["model"]))
+    path = checkpoint_path(GridSettings(run_dir=run_dir, checkpoint_root=checkpoint_root),
+                           cell, int(row["best_trial"]))
+    try:
+        if row.get("target_accuracy") is None:
+            raise KeyError(f"the study {row['study']!r} has no user attribute target_accuracy")
+        ckpt = load_checkpoint(path)
+        progress = progress_to_target(ckpt["history"], target=float(row["target_accuracy"]))
+    except (DamptuneError, KeyError, TypeError, ValueError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        return {**progress_to_target([], target=1.0), "reached": None,
+                "history": f"history unavailable: {message}"}, None
+    return {**progress, "history": "ok"}, ckpt
+
+
+def build_report(rows: list[dict[str, Any]], *, run_dir: str,
+                 checkpoint_root: str = "") -> dict[str, Any]:
+    """The report of a grid's summary rows (:func:`grid_rows`): ``ranking`` (one row per cell,
+    ranked within its (network, model) pair), ``curves`` (each best trial's evaluations) and
+    ``profiles`` (each best trial's time to the target replayed on every named profile).
+
+    Checkpoints are read from ``checkpoint_root`` (default ``run_dir``), where the trials
+    wrote them; a missing or unreadable one makes its row say "history unavailable"."""
+    cells, curves, profiles = [], [], []
+    for row in rows:
+        evidence, ckpt = _evidence(row, run_dir=run_dir, checkpoint_root=checkpoint_root)
+        cells.append({**row, **evidence})
+        if ckpt is None:
+            continue
+        key = {"network": row["network"], "model": row["model"], "algorithm": row["algorithm"]}
+        curves.append({**key, "curve": eval_curve(ckpt["history"])})
+        try:
+            replay = replay_on_profiles(ckpt, target=float(row["target_accuracy"]))
+        except (DamptuneError, KeyError, TypeError, ValueError) as exc:
+            cells[-1]["history"] = f"ok; replay on the profiles unavailable: {exc}"
+            continue
+        profiles += [{**key, **r} for r in replay]
+    return {"ranking": rank_cells(cells), "curves": curves, "profiles": profiles}
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", newline="") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _csv_text(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(columns)
+    for r in rows:
+        writer.writerow([json.dumps(r.get(c)) if isinstance(r.get(c), dict) else r.get(c)
+                         for c in columns])
+    return buf.getvalue()
+
+
+PROFILE_COLUMNS = ("network", "model", "algorithm", "profile", "reached", "seconds", "updates")
+
+
+def write_report(report: dict[str, Any], out_dir: str, *, title: str = "",
+                 errors: list[str] | None = None) -> list[str]:
+    """``report.json``/``.md``/``.csv``, ``profiles.csv``/``.md`` and the figures in
+    ``out_dir``; returns the paths written. Each file is replaced whole (written aside,
+    then renamed). With ``errors``, a figure that cannot be drawn is left out and the reason
+    appended there (the tables are written all the same); without it, the error is raised."""
+    os.makedirs(out_dir, exist_ok=True)
+    ranking = report["ranking"]
+    figures = draw_figures(report, out_dir, errors=errors)
+    files = {
+        "report.json": json.dumps([{c: r.get(c) for c in RANK_COLUMNS} for r in ranking],
+                                  indent=1) + "\n",
+        "report.csv": _csv_text(ranking, RANK_COLUMNS),
+        "profiles.csv": _csv_text(report["profiles"], PROFILE_COLUMNS),
+        "profiles.md": profiles_markdown(report["profiles"]) if report["profiles"] else "",
+        "report.md": (f"# {title or 'Grid report'}\n\n" + ranking_markdown(ranking)
+                      + "\n## Replayed on every network profile (simulated s to target)\n\n"
+                      + (profiles_markdown(report["profiles"]) if report["profiles"]
+                         else "no history available\n") + "\n## Figures\n\n"
+                      + "".join(f"![{os.path.basename(p)}]({os.path.basename(p)})\n"
+                                for p in figures)),
+    }
+    for name, text in files.items():
+        _write_atomic(os.path.join(out_dir, name), text)
+    return [os.path.join(out_dir, name) for name in files] + figures

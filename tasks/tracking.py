@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
@@ -40,6 +41,8 @@ __all__ = [
     "trial_run_ids",
     "tag_cell_run",
     "log_grid_summary",
+    "log_report",
+    "artifact_url",
     "open_cell_run",
 ]
 
@@ -302,8 +305,9 @@ SUMMARY_COLUMNS = ("network", "algorithm", "model", "best_value", "best_params",
 
 
 def log_grid_summary(client: MlflowClient, exp_id: str, *, grid_name: str,
-                     rows: list[dict[str, Any]], files: tuple[str, ...]) -> None:
-    """The grid's summary as a table artifact (and ``files``) on the grid's run."""
+                     rows: list[dict[str, Any]], files: tuple[str, ...]) -> str:
+    """The grid's summary as a table artifact (and ``files``) on the grid's run
+    ``<grid> summary`` (created once); returns that run's id."""
     runs = client.search_runs([exp_id], filter_string="tags.`damptune.kind` = 'grid'",
                               max_results=1)
     run_id = runs[0].info.run_id if runs else client.create_run(
@@ -314,6 +318,24 @@ def log_grid_summary(client: MlflowClient, exp_id: str, *, grid_name: str,
     for path in files:
         client.log_artifact(run_id, path)
     client.set_terminated(run_id, status="FINISHED")
+    return str(run_id)
+
+
+def log_report(client: MlflowClient, run_id: str, report_dir: str) -> None:
+    """The files of the grid's report directory, as artifacts under ``report/`` of its run."""
+    client.log_artifacts(run_id, report_dir, artifact_path="report")
+
+
+def artifact_url(tracking_uri: str, run_id: str, path: str) -> str | None:
+    """Where an MLflow tracking server serves one of a run's artifacts (its Flask route
+    ``/get-artifact?path=…&run_uuid=…``), without the URI's credentials; None when the
+    tracking URI is not an http(s) server (a local store serves nothing)."""
+    parts = urlsplit(str(tracking_uri))
+    if parts.scheme not in ("http", "https"):
+        return None
+    netloc = parts.netloc.rsplit("@", 1)[-1]  # user:password@ never goes into a link
+    base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+    return f"{base}/get-artifact?" + urlencode({"path": path, "run_uuid": run_id})
 
 
 def open_cell_run(client: MlflowClient, grid: GridSettings, cell: Cell,

@@ -1,14 +1,20 @@
 """The tune flow on tiny grids, with real Prefect (test harness), Optuna on SQLite, MLflow on
 SQLite and real Dask clusters."""
 
+import json
 import os
+from pathlib import Path
 
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
 from damptune import ConfigError
 from flows.tune import tune
+from tasks.figures import FIGURES
+from tasks.report import read_meta
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -23,8 +29,9 @@ def mlflow_runs(run_dir, grid_name):
 
 
 def test_tune_tiny_grid_records_study_runs_and_summary(tmp_path):
-    run_dir = str(tmp_path / "g")
-    rows = tune(trials=2, grid_name="tiny", run_dir=run_dir, cluster="local", **TINY)
+    run_dir, ckpts = str(tmp_path / "g"), str(tmp_path / "ckpts")  # checkpoints elsewhere
+    rows = tune(trials=2, grid_name="tiny", run_dir=run_dir, cluster="local",
+                checkpoint_root=ckpts, **TINY)
     assert len(rows) == 1 and rows[0]["n_complete"] == 2 and rows[0]["best_value"] > 0
     study = optuna.load_study(study_name="tiny/n2/geodamp/mlp",
                               storage=f"sqlite:///{run_dir}/optuna.db")
@@ -49,10 +56,27 @@ def test_tune_tiny_grid_records_study_runs_and_summary(tmp_path):
     assert artifacts == {"plots/schedule.png", "plots/accuracy_vs_time.png"}
     assert parents[0].data.tags["damptune.best_trial"] == str(rows[0]["best_trial"])
     assert os.path.exists(f"{run_dir}/summary.csv") and os.path.exists(f"{run_dir}/summary.md")
+    # the report: ranking and figures in the run directory, on the summary run, in Prefect
+    report = json.loads(Path(f"{run_dir}/report/report.json").read_text())
+    assert [(r["algorithm"], r["rank"], r["best_value"], r["history"]) for r in report] == [
+        ("geodamp", 1, rows[0]["best_value"], "ok")]  # its history read from checkpoint_root
+    assert read_meta(run_dir)["checkpoint_root"] == ckpts  # for `damptune report`
+    summary = next(r for r in runs if r.data.tags.get("damptune.kind") == "grid")
+    logged = {a.path for a in client.list_artifacts(summary.info.run_id, "report")}
+    assert {f"report/{name}" for name in FIGURES} | {"report/report.md"} <= logged
+    for name in FIGURES:
+        assert os.path.getsize(f"{run_dir}/report/{name}") > 20_000
+    with get_client(sync_client=True) as prefect:
+        keys = {a.key for a in prefect.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(like_="report-tiny")))}
+    assert keys == {"report-tiny", *(f"report-tiny-{n.removesuffix('.png').replace('_', '-')}"
+                                     for n in FIGURES)}
 
     # a rerun tops the study up to the new total, and never beyond it
-    tune(trials=3, grid_name="tiny", run_dir=run_dir, cluster="local", **TINY)
-    tune(trials=2, grid_name="tiny", run_dir=run_dir, cluster="local", **TINY)
+    tune(trials=3, grid_name="tiny", run_dir=run_dir, cluster="local", checkpoint_root=ckpts,
+         **TINY)
+    tune(trials=2, grid_name="tiny", run_dir=run_dir, cluster="local", checkpoint_root=ckpts,
+         **TINY)
     assert len(optuna.load_study(study_name="tiny/n2/geodamp/mlp",
                                  storage=f"sqlite:///{run_dir}/optuna.db").trials) == 3
     _, runs = mlflow_runs(run_dir, "tiny")

@@ -1,0 +1,155 @@
+"""The grid's answer, from plain data: for each (network size, model), the algorithms ranked by
+their best simulated time to the target accuracy, with the speedup over ``geodamplr``.
+
+Pure functions over the summary rows of the cells (``tasks.cell.summarize``, plus the study's
+``target_accuracy``) and over a trial's checkpoint dict (its ``history``, ``config`` and
+``model``): nothing here reads a file or a store.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from damptune import TrainConfig
+from damptune.netmodel import PROFILES, Network, time_to_target
+
+__all__ = ["BASELINE", "RANK_COLUMNS", "progress_to_target", "eval_curve", "rank_cells",
+           "replay_on_profiles", "ranking_markdown", "profiles_markdown", "n_params_of"]
+
+BASELINE = "geodamplr"  # plain SGD with a step learning-rate decay: the AdaDamp paper's baseline
+RANK_COLUMNS = ("grid", "network", "model", "rank", "algorithm", "best_value",
+                "speedup_vs_geodamplr", "reached", "updates_to_target", "epochs_to_target",
+                "examples_to_target", "best_trial", "best_params", "target_accuracy", "profile",
+                "n_complete", "n_pruned", "n_failed", "n_interrupted", "study", "history")
+
+
+def progress_to_target(history: list[dict[str, Any]], *, target: float) -> dict[str, Any]:
+    """Where a run first reached ``target``: the first evaluation with ``test_accuracy >=
+    target`` gives its model updates, epochs, examples seen and simulated seconds; all None and
+    ``reached`` False when no evaluation did."""
+    hit = next((r for r in history if r.get("kind") == "eval"
+                and r["test_accuracy"] >= target), None)
+    if hit is None:
+        return {"reached": False, "updates_to_target": None, "epochs_to_target": None,
+                "examples_to_target": None, "time_sim_to_target": None}
+    return {"reached": True, "updates_to_target": int(hit["update"]),
+            "epochs_to_target": float(hit["epoch"]),
+            "examples_to_target": int(hit["examples_seen"]),
+            "time_sim_to_target": float(hit["time_sim"])}
+
+
+def eval_curve(history: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """The run's evaluations: test accuracy with its updates, epochs and simulated seconds."""
+    return [{"update": r["update"], "epoch": r["epoch"], "time_sim": r["time_sim"],
+             "test_accuracy": r["test_accuracy"]} for r in history if r.get("kind") == "eval"]
+
+
+def _sort_key(row: dict[str, Any]) -> tuple[bool, float, str]:
+    value = row.get("best_value")
+    return (value is None, math.inf if value is None else float(value), str(row["algorithm"]))
+
+
+def rank_cells(cells: list[dict[str, Any]], *, baseline: str = BASELINE) -> list[dict[str, Any]]:
+    """Rank the algorithms of each (network, model) pair by best value (least first).
+
+    Each cell is a dict with ``network``, ``model``, ``algorithm`` and ``best_value`` (None when
+    the cell has no COMPLETE trial); the result is a copy of each with ``rank`` (1 for the
+    fastest; None without a value) and ``speedup_vs_geodamplr``: the baseline's best value over
+    this one's in the same pair (None when either is missing). Sorted by network, model, rank.
+    """
+    pairs: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for cell in cells:
+        pairs.setdefault((int(cell["network"]), str(cell["model"])), []).append(dict(cell))
+    out: list[dict[str, Any]] = []
+    for key in sorted(pairs):
+        group = sorted(pairs[key], key=_sort_key)
+        base = next((c["best_value"] for c in group if c["algorithm"] == baseline), None)
+        for position, cell in enumerate(group, start=1):
+            value = cell.get("best_value")
+            cell["rank"] = position if value is not None else None
+            cell["speedup_vs_geodamplr"] = (float(base) / float(value)
+                                            if base is not None and value else None)
+            out.append(cell)
+    return out
+
+
+def n_params_of(ckpt: dict[str, Any]) -> int:
+    """Parameters of the checkpoint's model: the elements of its floating-point tensors."""
+    return sum(int(t.numel()) for t in ckpt["model"].values() if t.is_floating_point())
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else float(seconds) * 1e3
+
+
+def replay_on_profiles(ckpt: dict[str, Any], *, target: float,
+                       profiles: dict[str, Network] | None = None) -> list[dict[str, Any]]:
+    """The run's time to ``target`` on every network profile (default: the named ones).
+
+    The run's history is replayed through its own cost model (compute calibration, model size,
+    damper's work) on each profile's network, with the run's overhead override when its
+    configuration has one. One dict per profile: ``profile``, ``reached``, ``seconds``
+    (None when not reached) and ``updates``.
+    """
+    config = TrainConfig.from_dict(ckpt["config"])
+    cost = config.cost_model(n_params_of(ckpt))
+    norm = bool(config.make_damper().uses_grad_norm)
+    rows = []
+    for name, network in (profiles or PROFILES).items():
+        net = network.with_overhead(_ms(config.overhead), _ms(config.overhead_per_rank))
+        ttt = time_to_target(ckpt["history"], cost.with_network(net), target=target, norm=norm)
+        rows.append({"profile": name, "reached": ttt.reached,
+                     "seconds": ttt.simulated_seconds if ttt.reached else None,
+                     "updates": ttt.update})
+    return rows
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "**no**"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_cell(v)}" for k, v in value.items()) or "–"
+    return str(value)
+
+
+def ranking_markdown(rows: list[dict[str, Any]]) -> str:
+    """One Markdown table per (network, model) pair, its algorithms in rank order."""
+    columns = ("rank", "algorithm", "best_value", "speedup_vs_geodamplr", "reached",
+               "updates_to_target", "epochs_to_target", "best_trial", "best_params",
+               "n_complete", "n_pruned", "n_failed", "n_interrupted", "history")
+    heads = ("rank", "algorithm", "best (simulated s)", f"speedup vs {BASELINE}", "reached",
+             "updates to target", "epochs to target", "trial", "best hyperparameters",
+             "complete", "pruned", "failed", "interrupted", "history")
+    parts: list[str] = []
+    pair = None
+    for row in rows:
+        if (row["network"], row["model"]) != pair:
+            pair = (row["network"], row["model"])
+            parts += [f"\n### {row['model']} on {row['network']} ranks (target "
+                      f"{_cell(row.get('target_accuracy'))})\n",
+                      "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+        speedup = row.get("speedup_vs_geodamplr")
+        parts.append("| " + " | ".join(
+            f"{speedup:.2f}×" if c == "speedup_vs_geodamplr" and speedup is not None
+            else _cell(row.get(c)) for c in columns) + " |")
+    return "\n".join(parts).lstrip("\n") + "\n"
+
+
+def profiles_markdown(rows: list[dict[str, Any]]) -> str:
+    """The profile replay as one Markdown table: seconds to the target per profile."""
+    names = list(dict.fromkeys(r["profile"] for r in rows))
+    keyed: dict[tuple[int, str, str], dict[str, Any]] = {}
+    for r in rows:
+        keyed.setdefault((r["network"], r["model"], r["algorithm"]), {})[r["profile"]] = r
+    lines = ["| network | model | algorithm | " + " | ".join(f"{n} (s)" for n in names) + " |",
+             "|" + "---|" * (3 + len(names))]
+    for (network, model, algorithm), by in keyed.items():
+        cells = [_cell(by[n]["seconds"]) if by.get(n, {}).get("reached") else "not reached"
+                 for n in names]
+        lines.append(f"| {network} | {model} | {algorithm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
