@@ -181,7 +181,7 @@ class TrainConfig:
         non_negative_float("eval_resolution", self.eval_resolution,
                            "a fraction >= 0 (0.02: evaluations 2 % apart in examples seen)")
         non_negative_float("eval_dense_margin", self.eval_dense_margin,
-                           "an accuracy margin >= 0 (0.05: every update within 5 points)")
+                           "an accuracy margin >= 0 (0.06: every update within 6 points)")
         if self.max_time_sim is not None:
             positive_float("max_time_sim", self.max_time_sim, "a positive number of seconds")
         if self.target_accuracy is not None:

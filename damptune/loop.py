@@ -104,7 +104,7 @@ def shard_forward(
 
 
 def shard_evaluate(
-    model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, idx: np.ndarray, chunk: int = 2048
+    model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, idx: np.ndarray, chunk: int = 512
 ) -> tuple[float, int]:
     """(loss sum, number correct) over examples ``idx``, in chunks."""
     loss_sum, correct = 0.0, 0

@@ -73,7 +73,7 @@ class GridSettings:
     # relative spacing (in examples seen) of the evaluations that resolve the objective
     eval_resolution: float = 0.02
     # and every update while the last evaluation was within this margin below the target
-    eval_dense_margin: float = 0.05
+    eval_dense_margin: float = 0.06
     # orchestration overhead per update in the simulated time, ms (None: the profile's)
     overhead_ms: float | None = None
     overhead_per_rank_ms: float | None = None

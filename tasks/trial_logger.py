@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 from damptune import EvalRecord, Record, TrainState, UpdateRecord
 from damptune.overhead import overhead_of
 from tasks import tracking
-from tasks.results import TrialResult
+from tasks.results import TrialResult, TrialState
 
 __all__ = ["MlflowTrialLogger", "UPDATE_METRICS"]
 
@@ -69,7 +69,8 @@ class MlflowTrialLogger:
                           "lost_seconds": started["lost_seconds"]}, step=started["resumed_at"])
 
     def finish(self, result: TrialResult, state: TrainState, work: dict[str, Any]) -> None:
-        """Final metrics, the state tag, FINISHED, and the plots (drawn in the background)."""
+        """Final metrics, the state tag, FINISHED, and for a COMPLETE trial the plots (drawn in
+        the background)."""
         assert self.metrics is not None, "open() the run first"
         self.metrics.add({
             "objective": result.value, "reached_target": float(result.reached),
@@ -84,7 +85,8 @@ class MlflowTrialLogger:
             self.client, self.run_id, {"damptune.state": result.state.value}),
             what="tagging the trial's run")
         self.end("FINISHED")
-        self.plots.submit(self.client, self.run_id, state.history, target=self.target)
+        if result.state is TrialState.COMPLETE:  # a pruned trial's metrics are all there
+            self.plots.submit(self.client, self.run_id, state.history, target=self.target)
 
     def end(self, status: str) -> None:
         """Flush what is buffered and end the run with ``status`` (KILLED, FAILED, FINISHED)."""
