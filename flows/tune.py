@@ -89,38 +89,19 @@ def tune(
     trial_attempts: int = 3,
     worker_wait: float = 600.0,
 ) -> list[dict[str, Any]]:
-    """Tune every cell's damping; return one summary per cell (best params, value, counts),
-    or raise ``GridIncomplete`` after the summary if any trial ended FAIL or interrupted.
+    """Tune every cell's damping; return one summary per cell, or raise ``GridIncomplete``
+    after the summary if a trial ended FAIL or interrupted (README: "The tuning pipeline").
 
     Args:
-        networks: cluster sizes (ranks); algorithms: damptune.DAMPERS names; models: ``mlp``,
-            ``cnn``, ``wrn16_4``; trials: per cell in all; epochs: a trial's budget
-            (one value, or one per model).
-        dataset: ``mnist1d``, ``digits``, ``synthetic`` or ``cifar10`` (read from data_root,
-            a local directory, checked before any work); device: ``cpu``, ``cuda`` (a GPU
-            per rank, checked against the workers when the cluster opens) or ``auto``.
-        target_accuracy: the objective is the simulated time to reach this test accuracy
-            (one value, or one per model); profile: network profile of the simulated time;
-            overhead_ms, overhead_per_rank_ms: its orchestration overhead per update (default
-            the profile's, 16 + 3.3 per rank); eval_resolution: evaluations this fraction
-            apart in examples seen resolve the time to the target.
-        sampler: ``auto`` (GP for one hyperparameter, TPE for more), ``tpe`` or ``gp``;
-            pruner: ``bound`` (stop a trial once its simulated time
-            exceeds the cell's best), ``hyperband``/``sha`` (that and Optuna's), ``none``;
-            warm_start: seed each cell with its finished neighbours' best configurations.
-        mode: ``centralized``, ``decentralized`` or ``local`` (in this process, no ranks: the
-            same math); per_worker_batch: examples per rank.
-        run_dir: studies, runs, checkpoints, summaries (default ``runs/<grid>``); storage,
-            tracking_uri: Optuna and MLflow URIs (default SQLite in run_dir; MLflow's is
-            ``$MLFLOW_TRACKING_URI`` if set); cluster: ``local``, a scheduler address, or a
-            cluster YAML file (see infra/).
-        checkpoint_seconds: seconds of training between a trial's checkpoints;
-            checkpoint_every: updates between them (0: by time only); checkpoint_root: a path
-            or fsspec URL (``s3://…`` with s3fs) for them (default the run directory).
-        max_cluster_lifetime: e.g. ``"6h"``: trials checkpoint and stop, *interrupted*,
-            before the cluster is this old (counted from its scheduler's start).
-        trial_attempts: tries of a trial interrupted by faults of the cluster; worker_wait:
-            seconds a trial waits for the live workers it needs.
+        networks, algorithms, models: the grid; trials: per cell, in all; epochs,
+            target_accuracy: the budget and the target (one value, or one per model).
+        dataset, data_root, device: the data (cifar10 from data_root) and cpu/cuda/auto.
+        profile, overhead_ms, overhead_per_rank_ms: the simulated network and its overhead.
+        mode: centralized, decentralized or local; sampler: auto, tpe or gp; pruner: bound,
+            hyperband, sha or none; warm_start: seed cells with their neighbours' best.
+        run_dir, storage, tracking_uri, cluster: where results go and trials train.
+        checkpoint_seconds, checkpoint_every, checkpoint_root, max_cluster_lifetime,
+            trial_attempts, worker_wait: checkpoints, and faults of spot clusters.
     """
     settings, cells = _settings(dict(locals()))
     _prepare(settings, n_cells=len(cells))

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 from uuid import UUID
 
 from infra.prefect_api import read_flow_run, recent_logs, run_deployment
@@ -111,10 +112,13 @@ def _mlflow_experiment_url(stack: Stack, grid_name: str) -> str | None:
 
 
 def experiment_url(mlflow_uri: str, experiment_id: str) -> str:
-    """The experiment's runs in MLflow's UI. MLflow 3.17 keeps a GenAI/model-training switch
-    per browser, GenAI (traces) by default; ``workflowType`` in the address selects model
-    training."""
-    return f"{mlflow_uri}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    """The experiment's runs in MLflow's UI, best objective first. MLflow 3.17 keeps a
+    GenAI/model-training switch per browser, GenAI (traces) by default; ``workflowType`` in the
+    address selects model training. The runs table's columns are kept per browser too (local
+    storage): the address can only set the order (``orderByKey``, ``orderByAsc``)."""
+    order = quote("metrics.`objective`")
+    return (f"{mlflow_uri}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            f"&orderByKey={order}&orderByAsc=true")
 
 
 def _param_value(raw: str) -> Any:
