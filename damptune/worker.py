@@ -6,12 +6,13 @@ rank's training state, its process group's store) in this module-level registry,
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Any
 
 import torch
 
-__all__ = ["forget", "registry"]
+__all__ = ["forget", "registry", "relax_malloc"]
 
 # Dask runs the ranks' functions on workers by reference: their live state stays in the worker
 _LOCK = threading.Lock()
@@ -23,7 +24,26 @@ def registry(run_key: str) -> dict[str, Any]:
     with _LOCK:
         if not _REGISTRY:
             torch.set_num_threads(1)  # one rank per single-threaded worker: no oversubscription
+            relax_malloc()
         return _REGISTRY.setdefault(run_key, {})
+
+
+def relax_malloc() -> bool:
+    """Undo what Dask's nanny sets for its workers, ``MALLOC_TRIM_THRESHOLD_=65536``: with it
+    glibc gives memory back to the system after every free of more than 64 KB and stops adapting
+    its mmap threshold, so each activation tensor of a forward pass is a fresh mmap and page
+    faults (a CNN evaluation of 500 examples: 4.9 ms with it, 1.4 ms without, measured here).
+    A rank keeps freed memory for reuse instead (thresholds of 256 MB and 64 MB). False where
+    the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(_M_TRIM_THRESHOLD, 256 * 2**20)
+                and libc.mallopt(_M_MMAP_THRESHOLD, 64 * 2**20))
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 
 
 def forget(run_key: str) -> bool:
