@@ -52,7 +52,7 @@ from damptune.loop import shard_forward as _shard_forward
 from damptune.state import TrainData, TrainState
 from damptune.worker import forget, registry
 
-__all__ = ["RankOps", "open_store", "rank_setup", "rank_advance", "rank_checkpoint",
+__all__ = ["RankOps", "one_host", "open_store", "rank_setup", "rank_advance", "rank_checkpoint",
            "rank_teardown", "SYNC_REASONS"]
 
 FLUSH_SECONDS = 1.0  # default config.flush_seconds: the longest segment before rank 0 reports
@@ -66,9 +66,11 @@ COLLECTIVE_SECONDS = 30.0
 SYNC_REASONS = (CHECKPOINT, DONE, MAX_UPDATES, TARGET, MAX_TIME_SIM)
 # gloo's reduce and all-reduce pass a small message along a chain of ranks: with 16 ranks on
 # 2 cores each hop waits for a process to be scheduled (16 ranks, 60 KB: 66 ms all-reduce, 37
-# ms reduce+broadcast, 6 ms gather+broadcast, measured here). Up to this many bytes from all
-# ranks together, the ranks exchange through rank 0 instead (one hop each way); larger
-# messages take gloo's bandwidth-optimal ring, and NCCL always its own.
+# ms reduce+broadcast, 6 ms gather+broadcast, measured here). When all ranks share one host,
+# up to this many bytes from all ranks together, they exchange through rank 0 instead (one hop
+# each way). Across hosts, and for larger messages, the ranks take gloo's bandwidth-optimal
+# ring (the star sends twice the bytes over rank 0's link: on a 50 Mbit/s link, 2 ranks, it
+# took 367 ms against the ring's 185), and NCCL always its own.
 STAR_MAX_BYTES = 8 * 2**20
 # seconds rank 0 of this process spent in recent changes of P (read by bench/resize_cost.py)
 RESIZE_SECONDS: collections.deque[float] = collections.deque(maxlen=1000)
@@ -90,6 +92,7 @@ class RankOps(StepHere):
         self.checkpoint_seconds = checkpoint_seconds
         self.flush_seconds = FLUSH_SECONDS
         self.checkpoint_clock = time.monotonic()
+        self.one_host = False  # all ranks on one host: small messages go through rank 0
 
     def _mine(self, shares: list[np.ndarray]) -> np.ndarray:
         if len(shares) == self.procs:
@@ -108,9 +111,9 @@ class RankOps(StepHere):
 
     def _star(self, values: torch.Tensor) -> bool:
         """Exchange ``values`` through rank 0 (gather, then broadcast) rather than gloo's
-        chained reduce/all-reduce: on gloo, while all ranks together send at most
-        ``STAR_MAX_BYTES``."""
-        return (dist.get_backend(self.group) == "gloo"
+        chained reduce/all-reduce: on gloo, with all ranks on one host, while all ranks
+        together send at most ``STAR_MAX_BYTES``."""
+        return (self.one_host and dist.get_backend(self.group) == "gloo"
                 and values.numel() * values.element_size() * self.procs <= STAR_MAX_BYTES)
 
     def _sum_to_root(self, values: torch.Tensor) -> torch.Tensor | None:
@@ -193,6 +196,11 @@ def _host(address: str) -> str:
     return address.split("://")[-1].rsplit(":", 1)[0].strip("[]")
 
 
+def one_host(addresses: list[str]) -> bool:
+    """Whether the Dask workers at ``addresses`` share one host (one IP address)."""
+    return len({_host(a) for a in addresses}) == 1
+
+
 def open_store(group_key: str, timeout: float) -> tuple[str, int]:
     """On rank 0's worker: start the rendezvous store on a free port; return (host, port)."""
     host = _host(get_worker().address)
@@ -224,10 +232,12 @@ def rank_setup(
     n_ranks: int,
     device: str = "cpu",
     backend: str = "gloo",
+    same_host: bool = False,
 ) -> int:
     """Join the group of ``world`` ranks, build this rank's state from the driver's
     checkpoint dict, and train the next updates on ``n_ranks`` ranks; ``device`` and
-    ``backend`` are the driver's placement (:func:`damptune.devices.place_ranks`)."""
+    ``backend`` are the driver's placement (:func:`damptune.devices.place_ranks`);
+    ``same_host``: every rank's worker is on one host."""
     reg = registry(group_key)
     timeout = datetime.timedelta(seconds=config.timeout)
     if dist.is_initialized():  # a group left behind by a driver that died: not ours any more
@@ -246,6 +256,7 @@ def rank_setup(
     reg["ops"] = _ops_class(config)(state.model, data.to(placed), rank, world,
                                     config.checkpoint_seconds, config.micro_batch_size)
     reg["ops"].flush_seconds = config.flush_seconds
+    reg["ops"].one_host = same_host
     _activate(reg, n_ranks)
     return rank
 

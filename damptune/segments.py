@@ -24,6 +24,7 @@ from damptune.devices import Placement, cpu_placement, place_ranks, worker_repor
 from damptune.errors import ClusterError, DamptuneError
 from damptune.loop import Emit
 from damptune.ranks import (
+    one_host,
     open_store,
     rank_advance,
     rank_checkpoint,
@@ -97,7 +98,7 @@ class SegmentRunner:
         futures = [
             self._submit(r, rank_setup, self.group_key, r, self.world, host, port, self.config,
                          self.data_future, ckpt, self.n_ranks(state), plan.devices[r],
-                         plan.backend)
+                         plan.backend, one_host(self.ranks))
             for r in range(self.world)
         ]
         self._wait(futures, f"forming a group of {self.world} ranks")

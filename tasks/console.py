@@ -41,6 +41,7 @@ _lock = threading.Lock()
 _detached: set[int] = set()
 _listeners: list[Callable[[str], None]] = []
 _watchdog: threading.Thread | None = None
+_told = threading.Event()  # the listeners heard of the console's loss (they hear it once)
 
 
 def reader_gone(fd: int) -> bool:
@@ -74,8 +75,12 @@ def _detach_broken() -> None:
                     os.close(devnull)
                 _detached.add(fd)
                 newly.append(_FDS[fd])
+        # stdout and stderr lose their reader one after the other: the first loss is news
+        first = bool(newly) and not _told.is_set()
+        if first:
+            _told.set()
         listeners = list(_listeners)
-    if newly:
+    if first:
         message = (f"the console of this process is gone ({', '.join(newly)} had no reader: "
                    "its Prefect worker or terminal died); it goes on with its output in "
                    "/dev/null, logging to the Prefect API, MLflow and Optuna")

@@ -30,7 +30,7 @@ def test_cells_are_the_product_of_the_grid():
     ({"target_accuracy": 1.5}, r"target_accuracy=1.5.*\(0, 1\]"),
     ({"target_accuracy": 0}, r"target_accuracy=0.*\(0, 1\]"),
     ({"profile": "fast"}, r"profile='fast'"),
-    ({"mode": "local"}, r"mode='local'"),
+    ({"mode": "async"}, r"mode='async'.*centralized"),
     ({"sampler": "random"}, r"sampler='random'"),
 ])
 def test_bad_grid_parameters_are_refused(kw, match):
