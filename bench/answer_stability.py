@@ -36,23 +36,27 @@ DAMPED = ("geodamp", "padadamp", "adadamp", "radadamp")
 BASELINE = "geodamplr"
 
 
-def run_grid(seed: int, args: argparse.Namespace) -> dict[tuple[int, str], dict[str, float]]:
-    """Best value per (network, model) pair and algorithm, for one seed."""
+Best = tuple[float, bool]  # a cell's best value and whether that trial reached the target
+
+
+def run_grid(seed: int, args: argparse.Namespace) -> dict[tuple[int, str], dict[str, Best]]:
+    """Best value (and reached) per (network, model) pair and algorithm, for one seed."""
     from flows.tune import tune
 
     run_dir = os.path.join(args.run_dir, f"seed{seed}")
     rows = tune(seed=seed, trials=args.trials, mode=args.mode, grid_name=f"stability-s{seed}",
                 run_dir=run_dir)
-    pairs: dict[tuple[int, str], dict[str, float]] = {}
+    pairs: dict[tuple[int, str], dict[str, Best]] = {}
     for row in rows:
         if row["best_value"] is not None:
-            pairs.setdefault((row["network"], row["model"]), {})[row["algorithm"]] = float(
-                row["best_value"])
+            pairs.setdefault((row["network"], row["model"]), {})[row["algorithm"]] = (
+                float(row["best_value"]), bool(row["reached"]))
     return pairs
 
 
-def ranking(values: dict[str, float]) -> list[str]:
-    return sorted(values, key=lambda a: (values[a], a))
+def ranking(values: dict[str, Best]) -> list[str]:
+    """Algorithms that reached the target first, fastest first; then those that missed."""
+    return sorted(values, key=lambda a: (not values[a][1], values[a][0], a))
 
 
 def spearman(a: list[str], b: list[str]) -> float:
@@ -67,26 +71,29 @@ def spearman(a: list[str], b: list[str]) -> float:
     return 1 - 6 * d2 / (n * (n * n - 1))
 
 
-def speedup(values: dict[str, float]) -> float | None:
-    damped = [values[a] for a in DAMPED if a in values]
-    if BASELINE not in values or not damped:
+def speedup(values: dict[str, Best]) -> float | None:
+    """The baseline's time over the best damped algorithm's, both having reached the target."""
+    damped = [values[a][0] for a in DAMPED if a in values and values[a][1]]
+    if BASELINE not in values or not values[BASELINE][1] or not damped:
         return None
-    return values[BASELINE] / min(damped)
+    return values[BASELINE][0] / min(damped)
 
 
-def ties(values: dict[str, float]) -> int:
-    seen = list(values.values())
+def ties(values: dict[str, Best]) -> int:
+    seen = [v for v, reached in values.values() if reached]
     return sum(1 for i, x in enumerate(seen) for y in seen[i + 1:] if x == y)
 
 
-def report(runs: dict[int, dict[tuple[int, str], dict[str, float]]]) -> None:
+def report(runs: dict[int, dict[tuple[int, str], dict[str, Best]]]) -> None:
     seeds = sorted(runs)
     pairs = sorted(set.intersection(*(set(r) for r in runs.values())))
     print("| pair | " + " | ".join(f"seed {s}: ranking (best first)" for s in seeds) + " |")
     print("|---|" + "---|" * len(seeds))
     for pair in pairs:
         print(f"| n{pair[0]} {pair[1]} | " + " | ".join(
-            ", ".join(f"{a} {runs[s][pair][a]:.2f}" for a in ranking(runs[s][pair]))
+            ", ".join(f"{a} {runs[s][pair][a][0]:.2f}" + ("" if runs[s][pair][a][1] else
+                                                           " (missed)")
+                      for a in ranking(runs[s][pair]))
             for s in seeds) + " |")
     a, b = seeds[0], seeds[1]
     same = [ranking(runs[a][p])[0] == ranking(runs[b][p])[0] for p in pairs]
@@ -99,7 +106,7 @@ def report(runs: dict[int, dict[tuple[int, str], dict[str, float]]]) -> None:
     _paper_questions(runs, pairs)
 
 
-def _paper_questions(runs: dict[int, dict[tuple[int, str], dict[str, float]]],
+def _paper_questions(runs: dict[int, dict[tuple[int, str], dict[str, Best]]],
                      pairs: list[tuple[int, str]]) -> None:
     largest = max(n for n, _ in pairs)
     models = sorted({m for _, m in pairs})

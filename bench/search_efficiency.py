@@ -49,6 +49,7 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     "adadamp": {"initial": [8, 16, 32, 64, 128], "dwell": [1, 3, 10, 30, 100]},
 }
 WITHIN = 1.05
+Trial = tuple[float, int, dict[str, Any], bool]  # value, examples, params, reached the target
 
 
 class Trainer:
@@ -64,8 +65,10 @@ class Trainer:
                                           self.ds.y_test)
         self.calibration: dict[str, float] = {}
 
-    def __call__(self, params: dict[str, Any], bound: float | None) -> tuple[float, int, bool]:
-        """(value, examples trained, pruned by the bound)."""
+    def __call__(self, params: dict[str, Any],
+                 bound: float | None) -> tuple[float, int, bool, float]:
+        """(value, examples trained, pruned by the bound, shortfall: target − best accuracy,
+        0 when it reached the target)."""
         import dataclasses
 
         from damptune import calibrate, train
@@ -80,53 +83,57 @@ class Trainer:
                 "compute_fixed", "compute_per_example", "compute_forward_fixed",
                 "compute_forward_per_example", "compute_norm")}
         state = train(config, self.data)
-        value, reached, _ = objective(state.history, target=config.target_accuracy)
-        return value, state.examples_seen, not reached and bound is not None and (
-            state.time_sim >= bound)
+        value, reached, best = objective(state.history, target=config.target_accuracy)
+        pruned = not reached and bound is not None and state.time_sim >= bound
+        return value, state.examples_seen, pruned, 0.0 if reached else (
+            config.target_accuracy - best)
 
 
 def exhaustive(trainer: Trainer, algorithm: str) -> tuple[float, int, dict[str, Any]]:
-    """(best value, compute, best params) of the full grid, no pruning."""
+    """(best value, compute, best params) of the full grid, no pruning: the fastest point
+    that reached the target (the least value when none did)."""
     axes = GRIDS[algorithm]
-    best, compute, best_params = math.inf, 0, {}
+    best, compute, best_params = (True, math.inf), 0, {}
     for values in itertools.product(*axes.values()):
         params = dict(zip(axes, values, strict=True))
-        value, examples, _ = trainer(params, None)
+        value, examples, _, shortfall = trainer(params, None)
         compute += examples
-        if value < best:
-            best, best_params = value, params
-    return best, compute, best_params
+        if (shortfall > 0, value) < best:
+            best, best_params = (shortfall > 0, value), params
+    return best[1], compute, best_params
 
 
 def search(trainer: Trainer, *, sampler: str, seed: int, budget: int, patience: int,
-           seeds: tuple[dict[str, Any], ...] = ()) -> list[tuple[float, int, dict[str, Any]]]:
-    """The (value, examples, params) of each trial of one search, in order, until its own
-    rule stops it."""
+           seeds: tuple[dict[str, Any], ...] = ()) -> list[Trial]:
+    """The (value, examples, params, reached) of each trial of one search, in order, until its
+    own rule stops it."""
     import optuna
 
-    from tasks.search import distributions, sampler_for
+    from tasks.search import TARGET_CONSTRAINT, distributions, sampler_for
 
     settings = trainer.settings
     space = distributions(settings, trainer.cell)
     study = optuna.create_study(direction="minimize")
     for params in seeds:
         study.enqueue_trial(params)
-    trials: list[tuple[float, int, dict[str, Any]]] = []
-    best, since = math.inf, 0
+    trials: list[Trial] = []
+    best, since = (True, math.inf), 0  # (missed the target, value): the search's best
     for number in range(budget):
         study.sampler = (optuna.samplers.RandomSampler(seed=seed * 1000 + number)
                          if sampler == "random" else sampler_for(
                              _with(settings, sampler=sampler, seed=seed), number,
                              trainer.cell.key, len(space)))
         trial = study.ask(space)
-        value, examples, pruned = trainer(trial.params, best if math.isfinite(best) else None)
-        trials.append((value, examples, dict(trial.params)))
+        # the bound: the best value of a trial that reached the target (as tasks.search)
+        value, examples, pruned, shortfall = trainer(trial.params, None if best[0] else best[1])
+        trials.append((value, examples, dict(trial.params), shortfall <= 0))
         if pruned:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
+            trial.set_constraint(TARGET_CONSTRAINT, shortfall)
             study.tell(trial, value)
-        since = 0 if value < best else since + 1
-        best = min(best, value)
+        since = 0 if (shortfall > 0, value) < best else since + 1
+        best = min(best, (shortfall > 0, value))
         if since >= patience:
             break
     return trials
@@ -138,16 +145,25 @@ def _with(settings: Any, **changes: Any) -> Any:
     return dataclasses.replace(settings, **changes)
 
 
-def fraction(trials: list[tuple[float, int, dict[str, Any]]], best: float,
+def fraction(trials: list[Trial], best: float,
              grid_compute: int) -> float:
-    """Compute to the first trial within 5 % of ``best``, as a fraction of the grid's; inf
-    when the search stopped first."""
+    """Compute to the first trial that reached the target within 5 % of ``best``, as a
+    fraction of the grid's; inf when the search stopped first."""
     spent = 0
-    for value, examples, _ in trials:
+    for value, examples, _, reached in trials:
         spent += examples
-        if value <= WITHIN * best:
+        if reached and value <= WITHIN * best:
             return spent / grid_compute
     return math.inf
+
+
+def resolved(sampler: str, dimensions: int) -> str:
+    """The sampler that ``sampler`` names for a space of ``dimensions`` hyperparameters."""
+    from tasks.search import GP_MAX_DIMENSIONS
+
+    if sampler == "auto":
+        return "gp" if dimensions <= GP_MAX_DIMENSIONS else "tpe"
+    return sampler
 
 
 def fmt(x: float) -> str:
@@ -170,11 +186,14 @@ def run_cell(cell_t: tuple[int, str, str], args: argparse.Namespace,
         trainer = Trainer(Cell(network, algorithm, model), settings)
         best, compute, best_params = exhaustive(trainer, algorithm)
         kw = {"seed": seed, "budget": args.budget, "patience": args.patience}
-        row = {s: fraction(search(trainer, sampler=s, **kw), best, compute)
-               for s in [*samplers, "random"]}
+        row: dict[str, float] = {}
+        for kind in [*samplers, "random"]:  # "auto" is gp or tpe: the same trials, run once
+            same = resolved(kind, len(GRIDS[algorithm]))
+            row[kind] = next((row[k] for k in row if resolved(k, len(GRIDS[algorithm])) == same),
+                             None) or fraction(search(trainer, sampler=kind, **kw), best, compute)
         neighbour = Trainer(Cell(network // 2, algorithm, model), settings)
         found = search(neighbour, sampler="auto", **kw)
-        seed_params = min(found, key=lambda t: t[0])[2]
+        seed_params = min(found, key=lambda t: (not t[3], t[0]))[2]
         row["warm"] = fraction(search(trainer, sampler="auto", seeds=(seed_params,), **kw),
                                best, compute)
         for key, value in row.items():

@@ -157,7 +157,8 @@ def _print_rows(rows: list[dict[str, Any]], *, as_json: bool) -> None:
         if as_json:
             print(json.dumps({k: row[k] for k in (*COLUMNS, "best_trial")}))
             continue
-        value = "-" if row["best_value"] is None else f"{row['best_value']:.4g} s"
+        value = "-" if row["best_value"] is None else f"{row['best_value']:.4g} s" + (
+            " (missed)" if row["reached"] is False else "")
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in row["best_params"].items()) or "-"
         print(f"n{row['network']:<3} {row['algorithm']:<11} {row['model']:<8} best {value:<12}"

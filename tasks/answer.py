@@ -45,18 +45,22 @@ def eval_curve(history: list[dict[str, Any]]) -> list[dict[str, float]]:
              "test_accuracy": r["test_accuracy"]} for r in history if r.get("kind") == "eval"]
 
 
-def _sort_key(row: dict[str, Any]) -> tuple[bool, float, str]:
+def _sort_key(row: dict[str, Any]) -> tuple[bool, bool, float, str]:
     value = row.get("best_value")
-    return (value is None, math.inf if value is None else float(value), str(row["algorithm"]))
+    return (value is None, row.get("reached") is False,
+            math.inf if value is None else float(value), str(row["algorithm"]))
 
 
 def rank_cells(cells: list[dict[str, Any]], *, baseline: str = BASELINE) -> list[dict[str, Any]]:
-    """Rank the algorithms of each (network, model) pair by best value (least first).
+    """Rank the algorithms of each (network, model) pair: those whose best trial reached the
+    target first, by best value (least first), then those whose best did not.
 
-    Each cell is a dict with ``network``, ``model``, ``algorithm`` and ``best_value`` (None when
-    the cell has no COMPLETE trial); the result is a copy of each with ``rank`` (1 for the
-    fastest; None without a value) and ``speedup_vs_geodamplr``: the baseline's best value over
-    this one's in the same pair (None when either is missing). Sorted by network, model, rank.
+    Each cell is a dict with ``network``, ``model``, ``algorithm``, ``best_value`` (None when
+    the cell has no COMPLETE trial) and ``reached`` (False: the best trial missed the target;
+    None: unknown); the result is a copy of each with ``rank`` (1 for the fastest; None without
+    a value) and ``speedup_vs_geodamplr``: the baseline's best value over this one's in the
+    same pair (None when either is missing or missed the target: a time to the target is
+    compared only with another). Sorted by network, model, rank.
     """
     pairs: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for cell in cells:
@@ -64,12 +68,14 @@ def rank_cells(cells: list[dict[str, Any]], *, baseline: str = BASELINE) -> list
     out: list[dict[str, Any]] = []
     for key in sorted(pairs):
         group = sorted(pairs[key], key=_sort_key)
-        base = next((c["best_value"] for c in group if c["algorithm"] == baseline), None)
+        base = next((c["best_value"] for c in group
+                     if c["algorithm"] == baseline and c.get("reached") is not False), None)
         for position, cell in enumerate(group, start=1):
             value = cell.get("best_value")
             cell["rank"] = position if value is not None else None
-            cell["speedup_vs_geodamplr"] = (float(base) / float(value)
-                                            if base is not None and value else None)
+            cell["speedup_vs_geodamplr"] = (
+                float(base) / float(value)
+                if base is not None and value and cell.get("reached") is not False else None)
             out.append(cell)
     return out
 

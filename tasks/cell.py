@@ -24,8 +24,10 @@ from tasks.faults import Retries, is_infrastructure_fault
 from tasks.grid import Cell, GridSettings
 from tasks.results import TrialResult, TrialState
 from tasks.search import (
+    best_trial,
     distributions,
     open_study,
+    reached_target,
     storage_for,
     study_name,
     with_storage_retries,
@@ -43,7 +45,7 @@ def summarize(study: optuna.Study, cell: Cell) -> dict[str, Any]:
     """Best hyperparameters and value, and the trial counts of one cell."""
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == State.COMPLETE]
-    best = min(complete, key=lambda t: t.value) if complete else None  # type: ignore[arg-type,return-value]
+    best = best_trial(trials)
     return {
         "network": cell.network,
         "algorithm": cell.algorithm,
@@ -52,6 +54,7 @@ def summarize(study: optuna.Study, cell: Cell) -> dict[str, Any]:
         "best_params": dict(best.params) if best else {},
         "best_value": best.value if best else None,
         "best_trial": best.number if best else None,
+        "reached": reached_target(best) if best else None,
         "n_complete": len(complete),
         "n_pruned": sum(t.state == State.PRUNED for t in trials),
         "n_failed": sum(t.state == State.FAIL for t in trials),

@@ -20,7 +20,12 @@ from optuna.distributions import BaseDistribution
 from tasks.grid import GridSettings
 from tasks.leases import Leases
 from tasks.results import TrialResult, TrialState
-from tasks.search import count_finished, sampler_for, with_storage_retries
+from tasks.search import (
+    TARGET_CONSTRAINT,
+    count_finished,
+    sampler_for,
+    with_storage_retries,
+)
 from tasks.warmstart import SEEDED_FROM
 
 __all__ = ["StudyDriver", "Ticket", "trial_handle"]
@@ -100,6 +105,9 @@ class StudyDriver:
                 self.leases.release(key, self.owner)
             return
         if result.state is TrialState.COMPLETE:
+            handle = trial_handle(self.study, self.study.trials[result.number]._trial_id)
+            with_storage_retries(lambda: handle.set_constraint(TARGET_CONSTRAINT,
+                                                               result.shortfall))
             with_storage_retries(lambda: self.study.tell(result.number, result.value))
         else:
             state = State.PRUNED if result.state is TrialState.PRUNED else State.FAIL

@@ -9,9 +9,11 @@ is measurement: it is charged to neither clock.
 
 A trial that never reaches the target within its epochs gets
 ``T_end × (1 + (target − best_accuracy) / target)``: the simulated time it spent, scaled up by
-how far it fell short — always more than it spent, so it ranks behind any trial that reached the
-target in the same time. The same formula, applied to a trial still running, is its value if it
-stopped now (:func:`value_so_far`): what the pruners compare.
+how far it fell short. Its cell records it with the Optuna constraint ``target_shortfall``
+(target − best accuracy > 0: infeasible), so any trial that reached the target beats it,
+whatever the two values (:func:`tasks.search.best_trial`); among trials that all missed, the
+value orders them. The same formula, applied to a trial still running, is its value if it
+stopped now (:func:`value_so_far`): what the multi-fidelity pruners compare.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from tasks.trial import checkpoint_path
 __all__ = ["grid_rows", "write_summary", "COLUMNS", "read_meta", "write_meta", "GridIncomplete",
            "build_report", "write_report", "REPORT_DIR", "PROFILE_COLUMNS"]
 
-COLUMNS = ("network", "algorithm", "model", "best_value", "best_params", "n_complete",
-           "n_pruned", "n_failed", "n_interrupted", "study")
+COLUMNS = ("network", "algorithm", "model", "best_value", "reached", "best_params",
+           "n_complete", "n_pruned", "n_failed", "n_interrupted", "study")
 META = "grid.json"
 
 
@@ -140,7 +140,7 @@ def _evidence(row: dict[str, Any], *, run_dir: str,
         progress = progress_to_target(ckpt["history"], target=float(row["target_accuracy"]))
     except (DamptuneError, KeyError, TypeError, ValueError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        return {**progress_to_target([], target=1.0), "reached": None,
+        return {**progress_to_target([], target=1.0), "reached": row.get("reached"),
                 "history": f"history unavailable: {message}"}, None
     return {**progress, "history": "ok"}, ckpt
 

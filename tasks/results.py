@@ -38,4 +38,5 @@ class TrialResult:
     fault: BaseException | None = None
     reached: bool = False
     best_accuracy: float | None = None
+    shortfall: float = 0.0  # target − best accuracy (0 when reached): Optuna's constraint
     examples_seen: int | None = None  # where it stopped (a pruned trial's last report)

@@ -7,7 +7,7 @@ import math
 import os
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
@@ -19,7 +19,7 @@ from tasks.retries import retry
 
 __all__ = [
     "storage_for", "study_name", "open_study", "distributions", "count_finished", "FINISHED",
-    "best_value",
+    "best_value", "best_trial", "reached_target", "TARGET_CONSTRAINT",
     "finished_in_grid",
     "sampler_for", "pruner_for", "trial_seed", "with_storage_retries", "StorageUnavailable",
 ]
@@ -93,8 +93,44 @@ def sampler_for(settings: GridSettings, number: int = 0, study: str = "",
     if kind == "auto":
         kind = "gp" if dimensions <= GP_MAX_DIMENSIONS else "tpe"
     if kind == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=settings.startup_trials)
+        return NoRepeatSampler(optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=settings.startup_trials))
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.startup_trials)
+
+
+class NoRepeatSampler(optuna.samplers.BaseSampler):
+    """``base``, except that a joint proposal equal to the parameters of a trial the study
+    already has is dropped: those parameters then come from the base's independent sampler
+    (random, seeded). A trial's training is deterministic, so a repeat would only repeat its
+    result. Optuna's GPSampler models COMPLETE trials only: after a trial pruned by the bound
+    it proposed the same point again and again (8 trials of a 1-D cell, 5 of them the same
+    pruned point)."""
+
+    def __init__(self, base: optuna.samplers.BaseSampler) -> None:
+        self.base = base
+
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        return self.base.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        params = self.base.sample_relative(study, trial, search_space)
+        if params and any(t.params == params for t in study.get_trials(deepcopy=False)
+                          if t.number != trial.number):
+            return {}
+        return params
+
+    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                           param_name: str, param_distribution: BaseDistribution) -> Any:
+        return self.base.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                    state: optuna.trial.TrialState, values: Any) -> None:
+        self.base.after_trial(study, trial, state, values)
 
 
 GP_MAX_DIMENSIONS = 1  # sampler="auto": GP up to this many hyperparameters, TPE above
@@ -136,10 +172,34 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
     return study
 
 
+# A COMPLETE trial's Optuna constraint (``Trial.set_constraint``): target − best test
+# accuracy, 0 when it reached the target. Feasible (≤ 0) means it reached the target, and a
+# feasible trial beats any infeasible one: in ``study.best_trial``, in TPE's and GP's models,
+# in the bound, the warm start and the report.
+TARGET_CONSTRAINT = "target_shortfall"
+
+
+def reached_target(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a COMPLETE trial reached its target (no constraint above 0)."""
+    return all(v <= 0 for v in trial.constraints.values())
+
+
+def best_trial(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
+    """The cell's best COMPLETE trial: the fastest of those that reached the target, or, when
+    none did, the one with the least value (it is reported as not reached); None before the
+    first COMPLETE trial."""
+    complete = [t for t in trials
+                if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
+    return min(complete, key=lambda t: (not reached_target(t), t.value, t.number),
+               default=None)
+
+
 def best_value(study: optuna.Study) -> float | None:
-    """The best (least) value of the study's COMPLETE trials, or None before the first."""
+    """The least value of the study's COMPLETE trials that reached the target, or None before
+    the first: the bound of the next trial (a trial that did not reach the target bounds
+    nothing: another one, slower, may still reach it and win)."""
     values = [t.value for t in study.get_trials(deepcopy=False, states=(
-        optuna.trial.TrialState.COMPLETE,)) if t.value is not None]
+        optuna.trial.TrialState.COMPLETE,)) if t.value is not None and reached_target(t)]
     return min(values) if values else None
 
 

@@ -300,8 +300,8 @@ def tag_cell_run(client: MlflowClient, exp_id: str, parent: str, *, cell_key: st
     client.set_terminated(parent, status="KILLED" if interrupted else "FINISHED")
 
 
-SUMMARY_COLUMNS = ("network", "algorithm", "model", "best_value", "best_params", "n_complete",
-                   "n_pruned", "n_failed")
+SUMMARY_COLUMNS = ("network", "algorithm", "model", "best_value", "reached", "best_params",
+                   "n_complete", "n_pruned", "n_failed")
 
 
 def log_grid_summary(client: MlflowClient, exp_id: str, *, grid_name: str,

@@ -182,6 +182,7 @@ def _outcome(state: TrainState, *, number: int, params: dict[str, Any],
     result = TrialResult(number, TrialState.PRUNED if pruned or bounded else TrialState.COMPLETE,
                          params, value=value, run_id=logger.run_id, reached=reached,
                          best_accuracy=best, examples_seen=state.examples_seen,
+                         shortfall=0.0 if reached else target - best,
                          reason=state.stopped or "")
     logger.finish(result, state, work)
     return result

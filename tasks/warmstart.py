@@ -22,6 +22,7 @@ import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
 from tasks.grid import Cell
+from tasks.search import best_trial
 
 __all__ = ["neighbours", "seed_study", "SEEDED_FROM", "seeds_of"]
 
@@ -54,12 +55,9 @@ def seeds_of(sources: list[tuple[Cell, optuna.Study]],
     ``space``; duplicates (after clipping) once."""
     seeds: list[tuple[str, dict[str, Any]]] = []
     for cell, study in sources:
-        complete = [t for t in study.get_trials(deepcopy=False,
-                                                states=(optuna.trial.TrialState.COMPLETE,))
-                    if t.value is not None]
-        if not complete or not set(space) <= set(complete[0].params):
+        best = best_trial(study.get_trials(deepcopy=False))
+        if best is None or not set(space) <= set(best.params):
             continue
-        best = min(complete, key=lambda t: (t.value, t.number))
         params = {k: _clip(best.params[k], d) for k, d in space.items()}
         if all(params != p for _, p in seeds):
             seeds.append((f"{cell.key}#{best.number}", params))

@@ -69,7 +69,7 @@ def test_report_without_a_checkpoint_says_history_unavailable(grid, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {(r["network"], r["algorithm"]): r for r in map(json.loads, out.stdout.splitlines())}
     assert rows[(4, "geodamp")]["history"].startswith("history unavailable: checkpoint_path=")
-    assert rows[(4, "geodamp")]["reached"] is None and rows[(4, "geodamp")]["rank"] in (1, 2)
+    assert rows[(4, "geodamp")]["reached"] is True and rows[(4, "geodamp")]["rank"] in (1, 2)
     assert rows[(2, "geodamp")]["history"] == "ok"
 
 

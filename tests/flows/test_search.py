@@ -13,7 +13,7 @@ from tasks.trial import trial_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
-SMALL = dict(networks=[4], models=["mlp"], epochs=4, target_accuracy=0.55, mode="local",
+SMALL = dict(networks=[4], models=["mlp"], epochs=4, target_accuracy=0.5, mode="local",
              cluster="local", warm_start=False)
 
 
@@ -28,9 +28,10 @@ def test_bound_pruning_happens_and_no_pruned_trial_could_have_won(tmp_path):
     pruned = [t for t in done if t.state == optuna.trial.TrialState.PRUNED]
     complete = [t for t in done if t.state == optuna.trial.TrialState.COMPLETE]
     assert pruned and complete, [t.state for t in done]
-    best = min(t.value for t in complete)
+    reached = [t for t in complete if t.constraints["target_shortfall"] <= 0]
+    best = min(t.value for t in reached)  # a trial that missed the target bounds nothing
     # each pruned configuration, replayed to its end without a bound, is no better than the best
-    settings = GridSettings(epochs=4, target_accuracy=0.55, mode="local")
+    settings = GridSettings(epochs=4, target_accuracy=0.5, mode="local")
     ds = load_dataset("mnist1d", seed=0)
     data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
     study = optuna.load_study(study_name="p/n4/padadamp/mlp",
@@ -41,13 +42,15 @@ def test_bound_pruning_happens_and_no_pruned_trial_could_have_won(tmp_path):
         for key, value in calibration.items():
             setattr(config, key, value)
         state = train(config, data)
-        value, _, _ = objective(state.history, target=0.55)
-        assert value >= best, (t.number, t.params, value, best)
+        value, hit, _ = objective(state.history, target=0.5)
+        assert not hit or value >= best, (t.number, t.params, value, best)
         # where it was stopped, its simulated time had reached the best value then
         stop = max(t.intermediate_values)
         at_stop = [r for r in state.history if r["examples_seen"] == stop]
         assert at_stop and at_stop[-1]["time_sim"] >= min(
-            u.value for u in complete if u.number < t.number)
+            u.value for u in reached if u.number < t.number)
+    # no configuration asked twice (a deterministic trial repeated repeats its result)
+    assert len({t.params["rate"] for t in done}) == len(done)
 
 
 def test_gp_sampler_and_successive_halving_run_and_report(tmp_path):

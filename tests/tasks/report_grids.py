@@ -17,7 +17,7 @@ from models import load_dataset
 from tasks.grid import Cell, GridSettings
 from tasks.objective import objective
 from tasks.report import write_meta
-from tasks.search import distributions, open_study
+from tasks.search import TARGET_CONSTRAINT, distributions, open_study
 from tasks.trial import checkpoint_path, trial_config
 
 # a fixed compute calibration (seconds), as a study keeps its first measurement
@@ -59,10 +59,12 @@ def build_grid(settings: GridSettings, *, networks: tuple[int, ...] = (2, 4),
                                                  checkpoint_seconds=None, **CALIBRATION)
                     state = train(config, data,
                                   checkpoint_path=checkpoint_path(settings, cell, number))
-                    value, _, _ = objective(state.history, target=settings.target_for(model))
-                    study.add_trial(optuna.trial.create_trial(
+                    target = settings.target_for(model)
+                    value, reached, best = objective(state.history, target=target)
+                    study.add_trial(optuna.trial.create_trial(  # as the cell's driver records it
                         params=params, distributions={k: space[k] for k in params},
-                        value=value))
+                        value=value,
+                        constraints={TARGET_CONSTRAINT: 0.0 if reached else target - best}))
     write_meta(settings.run_dir, {"grid_name": settings.grid_name,
                                   "storage": settings.storage,
                                   "checkpoint_root": settings.checkpoint_root})

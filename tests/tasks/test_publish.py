@@ -27,7 +27,7 @@ def rows(grid):
     copied without its checkpoints): the ranking stands, the histories are unavailable."""
     common = {"grid": grid, "model": "mlp", "network": 4, "target_accuracy": 0.5,
               "profile": "decentralized-moderate", "n_complete": 1, "n_pruned": 0,
-              "n_failed": 0, "n_interrupted": 0, "best_trial": 0}
+              "n_failed": 0, "n_interrupted": 0, "best_trial": 0, "reached": True}
     return [{**common, "algorithm": a, "best_value": v, "best_params": {"factor": 2.0},
              "study": f"{grid}/n4/{a}/mlp"} for a, v in (("geodamplr", 6.0), ("geodamp", 3.0))]
 
