@@ -6,7 +6,6 @@ start, and in the report's ranking — even when its (penalized) value is smalle
 Real components: Optuna on SQLite, the cell's StudyDriver recording TrialResults with real
 leases, TPE asking the next trial."""
 
-import optuna
 import pytest
 
 from tasks.answer import rank_cells
