@@ -70,10 +70,22 @@ class StudyDriver:
         for t in self._running():
             if len(tickets) == self.batch:
                 break
-            if self.leases.acquire(self.lease_key(t.number), self.owner):
-                tickets.append(Ticket(t.number, t._trial_id, dict(t.params),
-                                      str(t.user_attrs.get(SEEDED_FROM, ""))))
+            if not self.leases.acquire(self.lease_key(t.number), self.owner):
+                continue
+            if self._finished_meanwhile(t):
+                continue
+            tickets.append(Ticket(t.number, t._trial_id, dict(t.params),
+                                  str(t.user_attrs.get(SEEDED_FROM, ""))))
         return tickets
+
+    def _finished_meanwhile(self, t: optuna.trial.FrozenTrial) -> bool:
+        """Whether the run that held ``t``'s lease finished it between our reading it RUNNING
+        and our taking its lease (it tells Optuna, then releases); if so, give the lease back."""
+        state = with_storage_retries(lambda: self.study._storage.get_trial(t._trial_id).state)
+        if state == State.RUNNING:
+            return False
+        self.leases.release(self.lease_key(t.number), self.owner)
+        return True
 
     def held_elsewhere(self) -> int:
         """RUNNING trials another live run holds the lease of."""
