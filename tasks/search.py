@@ -85,8 +85,8 @@ def trial_seed(seed: int, number: int, study: str = "") -> int:
 def sampler_for(settings: GridSettings, number: int = 0, study: str = "",
                 dimensions: int = 1) -> optuna.samplers.BaseSampler:
     """The cell's sampler, seeded per trial. ``auto``: a Gaussian process for a
-    ``GP_MAX_DIMENSIONS``-dimensional space or smaller, TPE above (chosen by
-    ``bench/search_efficiency.py``). Its first ``startup_trials`` trials (warm-start seeds
+    ``GP_MAX_DIMENSIONS``-dimensional space or smaller, TPE above (``bench/search_efficiency.py
+    --samplers auto,tpe,gp`` compares them). Its first ``startup_trials`` trials (warm-start seeds
     count) are random; the rest are chosen by the model."""
     seed = trial_seed(settings.seed, number, study)
     kind = settings.sampler
