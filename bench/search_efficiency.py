@@ -157,15 +157,6 @@ def fraction(trials: list[Trial], best: float,
     return math.inf
 
 
-def resolved(sampler: str, dimensions: int) -> str:
-    """The sampler that ``sampler`` names for a space of ``dimensions`` hyperparameters."""
-    from tasks.search import GP_MAX_DIMENSIONS
-
-    if sampler == "auto":
-        return "gp" if dimensions <= GP_MAX_DIMENSIONS else "tpe"
-    return sampler
-
-
 def fmt(x: float) -> str:
     return "never" if math.isinf(x) else f"{100 * x:.1f} %"
 
@@ -178,6 +169,7 @@ def run_cell(cell_t: tuple[int, str, str], args: argparse.Namespace,
              samplers: list[str]) -> dict[str, list[float]]:
     """Every search of one cell and seed; the fractions by search kind."""
     from tasks.grid import Cell, GridSettings
+    from tasks.search import sampler_kind
 
     network, algorithm, model = cell_t
     out: dict[str, list[float]] = {}
@@ -187,9 +179,10 @@ def run_cell(cell_t: tuple[int, str, str], args: argparse.Namespace,
         best, compute, best_params = exhaustive(trainer, algorithm)
         kw = {"seed": seed, "budget": args.budget, "patience": args.patience}
         row: dict[str, float] = {}
+        dims = len(GRIDS[algorithm])
         for kind in [*samplers, "random"]:  # "auto" is gp or tpe: the same trials, run once
-            same = resolved(kind, len(GRIDS[algorithm]))
-            row[kind] = next((row[k] for k in row if resolved(k, len(GRIDS[algorithm])) == same),
+            same = sampler_kind(kind, dims)
+            row[kind] = next((row[k] for k in row if sampler_kind(k, dims) == same),
                              None) or fraction(search(trainer, sampler=kind, **kw), best, compute)
         neighbour = Trainer(Cell(network // 2, algorithm, model), settings)
         found = search(neighbour, sampler="auto", **kw)

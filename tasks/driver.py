@@ -108,6 +108,13 @@ class StudyDriver:
                                       str(t.user_attrs.get(SEEDED_FROM, ""))))
         return tickets
 
+    def _handle(self, number: int) -> optuna.Trial:
+        """The study's trial ``number`` to write to (one query, not the study's every trial)."""
+        storage, study_id = self.study._storage, self.study._study_id
+        trial_id = with_storage_retries(
+            lambda: storage.get_trial_id_from_study_id_trial_number(study_id, number))
+        return trial_handle(self.study, trial_id)
+
     def record(self, result: TrialResult) -> None:
         """Tell Optuna how the trial ended and release its lease. An INTERRUPTED trial stays
         RUNNING in Optuna: the next run resumes it."""
@@ -117,7 +124,7 @@ class StudyDriver:
                 self.leases.release(key, self.owner)
             return
         if result.state is TrialState.COMPLETE:
-            handle = trial_handle(self.study, self.study.trials[result.number]._trial_id)
+            handle = self._handle(result.number)
             with_storage_retries(lambda: handle.set_constraint(TARGET_CONSTRAINT,
                                                                result.shortfall))
             with_storage_retries(lambda: self.study.tell(result.number, result.value))
@@ -126,11 +133,11 @@ class StudyDriver:
             value, step = result.value, result.examples_seen
             if state is State.PRUNED and value is not None and step:
                 # its value so far where it stopped: the value Optuna gives a pruned trial
-                handle = trial_handle(self.study, self.study.trials[result.number]._trial_id)
+                handle = self._handle(result.number)
                 with_storage_retries(lambda: handle.report(value, step=step))
             if state is State.FAIL:  # the message, shown with the trial in Optuna's dashboard
-                trial_id = self.study.trials[result.number]._trial_id
-                with_storage_retries(lambda: self.study._storage.set_trial_user_attr(
-                    trial_id, "fail_reason", result.reason[:2000]))
+                handle = self._handle(result.number)
+                with_storage_retries(lambda: handle.set_user_attr("fail_reason",
+                                                                  result.reason[:2000]))
             with_storage_retries(lambda: self.study.tell(result.number, state=state))
         self.leases.release(key, self.owner)

@@ -21,7 +21,8 @@ __all__ = [
     "storage_for", "study_name", "open_study", "distributions", "count_finished", "FINISHED",
     "best_value", "best_trial", "reached_target", "TARGET_CONSTRAINT",
     "finished_in_grid",
-    "sampler_for", "pruner_for", "trial_seed", "with_storage_retries", "StorageUnavailable",
+    "sampler_for", "sampler_kind", "pruner_for", "trial_seed", "with_storage_retries",
+    "StorageUnavailable",
 ]
 
 FINISHED = (
@@ -89,9 +90,7 @@ def sampler_for(settings: GridSettings, number: int = 0, study: str = "",
     --samplers auto,tpe,gp`` compares them). Its first ``startup_trials`` trials (warm-start seeds
     count) are random; the rest are chosen by the model."""
     seed = trial_seed(settings.seed, number, study)
-    kind = settings.sampler
-    if kind == "auto":
-        kind = "gp" if dimensions <= GP_MAX_DIMENSIONS else "tpe"
+    kind = sampler_kind(settings.sampler, dimensions)
     if kind == "gp":
         return NoRepeatSampler(optuna.samplers.GPSampler(
             seed=seed, n_startup_trials=settings.startup_trials))
@@ -134,6 +133,14 @@ class NoRepeatSampler(optuna.samplers.BaseSampler):
 
 
 GP_MAX_DIMENSIONS = 1  # sampler="auto": GP up to this many hyperparameters, TPE above
+
+
+def sampler_kind(sampler: str, dimensions: int) -> str:
+    """The sampler that ``sampler`` names for a space of ``dimensions`` hyperparameters
+    (``auto`` is ``gp`` or ``tpe``)."""
+    if sampler == "auto":
+        return "gp" if dimensions <= GP_MAX_DIMENSIONS else "tpe"
+    return sampler
 
 
 def pruner_for(settings: GridSettings, n_train: int, *,
