@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import sys
+import threading
+
 import pytest
 import torch
+
+# A test that outlives pytest-timeout's limit by this much was not ended by its alarm (a
+# thread it waits for never stops): print every thread's stack and end the run, so CI fails
+# at the place it hangs instead of at its own time limit with nothing to show.
+HANG_GRACE_SECONDS = 180
 
 
 def pytest_collection_modifyitems(config, items):
@@ -13,6 +23,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu") is not None:  # not a test id that says "gpu"
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def hang_watchdog(request):
+    limit = request.config.getini("timeout")
+    if not limit:
+        yield
+        return
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+
+    def dump_and_exit():
+        if capture is not None:
+            capture.suspend_global_capture(in_=True)
+        sys.stderr.write(f"\n{request.node.nodeid} still running {HANG_GRACE_SECONDS} s after "
+                         f"its timeout ({limit} s): every thread's stack, then exit\n")
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(3)
+
+    timer = threading.Timer(float(limit) + HANG_GRACE_SECONDS, dump_and_exit)
+    timer.daemon = True
+    timer.start()
+    yield
+    timer.cancel()
 
 
 @pytest.fixture(scope="session")
