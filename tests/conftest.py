@@ -10,10 +10,13 @@ import threading
 import pytest
 import torch
 
-# A test that outlives pytest-timeout's limit by this much was not ended by its alarm (a
-# thread it waits for never stops): print every thread's stack and end the run, so CI fails
-# at the place it hangs instead of at its own time limit with nothing to show.
+# A test (its fixtures' setup and teardown included) that outlives its pytest-timeout limit by
+# this much was not ended by its alarm (a thread it waits for never stops, or the main thread
+# is stuck where no signal handler runs): print every thread's stack and end the run, so CI
+# fails at the place it hangs instead of at its own time limit with nothing to show.
 HANG_GRACE_SECONDS = 180
+# If even that cannot run (a thread holds the GIL), faulthandler's C-level timer does it.
+GIL_BACKSTOP_SECONDS = 60
 
 
 def pytest_collection_modifyitems(config, items):
@@ -25,28 +28,53 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture(autouse=True)
-def hang_watchdog(request):
-    limit = request.config.getini("timeout")
-    if not limit:
+def _timeout_of(item: pytest.Item) -> float:
+    """The pytest-timeout limit of ``item``: its ``timeout`` marker, else the ini value."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0] or 0)
+    if marker is not None and "timeout" in marker.kwargs:
+        return float(marker.kwargs["timeout"] or 0)
+    return float(item.config.getini("timeout") or 0)
+
+
+def _real_stderr_fd(config: pytest.Config) -> int:
+    """The terminal's stderr while pytest captures fd 2 (its saved copy), else fd 2."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    err = getattr(getattr(capture, "_global_capturing", None), "err", None)
+    fd = getattr(err, "targetfd_save", None)
+    return fd if isinstance(fd, int) else 2
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """The watchdog over one test's whole protocol: setup (session fixtures built for it
+    too), call and teardown."""
+    limit = _timeout_of(item)
+    if limit <= 0:
         yield
         return
-    capture = request.config.pluginmanager.getplugin("capturemanager")
+    capture = item.config.pluginmanager.getplugin("capturemanager")
 
     def dump_and_exit():
         if capture is not None:
             capture.suspend_global_capture(in_=True)
-        sys.stderr.write(f"\n{request.node.nodeid} still running {HANG_GRACE_SECONDS} s after "
-                         f"its timeout ({limit} s): every thread's stack, then exit\n")
+        sys.stderr.write(f"\n{item.nodeid} still running {HANG_GRACE_SECONDS} s after its "
+                         f"timeout ({limit:g} s): every thread's stack, then exit\n")
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stderr.flush()
         os._exit(3)
 
-    timer = threading.Timer(float(limit) + HANG_GRACE_SECONDS, dump_and_exit)
+    timer = threading.Timer(limit + HANG_GRACE_SECONDS, dump_and_exit)
     timer.daemon = True
     timer.start()
-    yield
-    timer.cancel()
+    faulthandler.dump_traceback_later(limit + HANG_GRACE_SECONDS + GIL_BACKSTOP_SECONDS,
+                                      exit=True, file=_real_stderr_fd(item.config))
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        timer.cancel()
 
 
 @pytest.fixture(scope="session")
