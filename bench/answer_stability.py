@@ -3,11 +3,13 @@
 
 Both runs use the `tune` flow with its defaults (all four network sizes, all six algorithms,
 both models, targets and budgets, the adaptive search, warm start and pruning), except the
-seed (model initialization, data, sampler), ``--trials`` per cell (stated in the output) and,
+seed (model initialization, data order, sampler), ``--trials`` per cell (stated in the output) and,
 by default, ``--mode local``: every trial trains in the flow's process, the same math and the
 same simulated time as on ranks (the cross-mode oracle, tests/damptune/test_modes.py), so the
 two grids take minutes rather than two ``make run``s. ``--mode centralized`` runs them on
-ranks.
+ranks. Both runs train on the same data (``--data-seed``, default 0, the flow's
+``data_seed``), as a user's grid would on its own dataset; ``--data-seed same`` gives each run
+the dataset of its seed, as every grid did before ``data_seed`` existed.
 
 It prints, per pair, each seed's ranking; then:
 
@@ -19,7 +21,8 @@ It prints, per pair, each seed's ranking; then:
   network size, as the paper found;
 * exact ties between different algorithms' best values within a pair.
 
-Run: ``python bench/answer_stability.py [--seeds 0,1] [--trials 6] [--mode local]``.
+Run: ``python bench/answer_stability.py [--seeds 0,1] [--trials 6] [--mode local]
+[--data-seed 0|same]``.
 """
 
 from __future__ import annotations
@@ -43,9 +46,10 @@ def run_grid(seed: int, args: argparse.Namespace) -> dict[tuple[int, str], dict[
     """Best value (and reached) per (network, model) pair and algorithm, for one seed."""
     from flows.tune import tune
 
-    run_dir = os.path.join(args.run_dir, f"seed{seed}")
-    rows = tune(seed=seed, trials=args.trials, mode=args.mode, grid_name=f"stability-s{seed}",
-                run_dir=run_dir)
+    data_seed = seed if args.data_seed == "same" else int(args.data_seed)
+    name = f"stability-s{seed}-d{data_seed}"
+    rows = tune(seed=seed, data_seed=data_seed, trials=args.trials, mode=args.mode,
+                grid_name=name, run_dir=os.path.join(args.run_dir, name))
     pairs: dict[tuple[int, str], dict[str, Best]] = {}
     for row in rows:
         if row["best_value"] is not None:
@@ -135,14 +139,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=None,
                         help="trials per cell (default: the flow's)")
     parser.add_argument("--mode", default="local")
+    parser.add_argument("--data-seed", default="0",
+                        help="the dataset's seed in every run (default 0), or 'same': each "
+                        "run's own seed")
     parser.add_argument("--run-dir", default=os.path.join("runs", "answer-stability"))
     args = parser.parse_args(argv)
+    if args.data_seed != "same" and not args.data_seed.isdigit():
+        parser.error(f"--data-seed={args.data_seed!r} is not accepted; expected an integer >= 0 "
+                     "or 'same'")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     if args.trials is None:
         from flows.tune import flow_defaults
 
         args.trials = flow_defaults()["trials"]
-    print(f"default grid, seeds {args.seeds}, {args.trials} trials per cell, mode {args.mode}")
+    data = "each run's seed" if args.data_seed == "same" else args.data_seed
+    print(f"default grid, seeds {args.seeds}, data seed {data}, {args.trials} trials per cell, "
+          f"mode {args.mode}")
     runs: dict[int, Any] = {s: run_grid(s, args) for s in args.seeds}
     report(runs)
     return 0

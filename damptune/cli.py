@@ -59,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="examples per forward+backward pass of a rank (default: "
                    "--per-worker-batch); bounds GPU memory")
     t.add_argument("--eval-every", type=float, default=1.0, help="epochs between evaluations")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0,
+                   help="seed of the training: initial weights, data order")
+    t.add_argument("--data-seed", type=int, default=0,
+                   help="seed of the generated dataset (mnist1d, synthetic), as in tune")
     t.add_argument("--checkpoint", default=None, help="checkpoint path or fsspec URL")
     t.add_argument("--checkpoint-every", type=int, default=None, help="updates between saves")
     t.add_argument("--checkpoint-seconds", type=float, default=None,
@@ -141,8 +144,10 @@ def _summary(args: argparse.Namespace, clf: Any, n_train: int, wall: float) -> d
 def _train(args: argparse.Namespace) -> int:
     import models
     from damptune import interrupt
+    from damptune.validate import seed_int
 
-    data = models.load_dataset(args.dataset, seed=args.seed, root=args.data_root)
+    data = models.load_dataset(args.dataset, seed=seed_int("data_seed", args.data_seed),
+                               root=args.data_root)
     n_train = len(data.y_train)
     bar, progress = _progress_bar(args, n_train)
     clf = _classifier(args, progress)

@@ -16,7 +16,8 @@ from typing import Any
 
 from damptune.errors import ConfigError
 
-__all__ = ["positive_int", "positive_float", "non_negative_float", "number_in", "choice"]
+__all__ = ["positive_int", "seed_int", "positive_float", "non_negative_float", "number_in",
+           "choice"]
 
 
 def _is_number(value: Any) -> bool:
@@ -27,6 +28,13 @@ def positive_int(param: str, value: Any, accepted: str = "a positive integer") -
     """``value`` if it is an int ≥ 1 (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(param, value, accepted)
+    return value
+
+
+def seed_int(param: str, value: Any) -> int:
+    """``value`` if it is an int in ``[0, 2**32)`` (not a bool): a seed NumPy accepts."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise ConfigError(param, value, "an integer in [0, 2**32)")
     return value
 
 

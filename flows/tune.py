@@ -34,7 +34,7 @@ from tasks.grid import (
 )
 from tasks.publish import publish_report
 from tasks.report import GridIncomplete, grid_rows, write_meta, write_summary
-from tasks.search import storage_for
+from tasks.search import check_grid_data, storage_for, with_storage_retries
 from tasks.session import open_session
 from tasks.warmstart import neighbours
 
@@ -69,6 +69,7 @@ def tune(
     mode: str = "centralized",
     per_worker_batch: int = 32,
     seed: int = 0,
+    data_seed: int = 0,
     sampler: str = "auto",
     pruner: str = "bound",
     warm_start: bool = True,
@@ -97,6 +98,8 @@ def tune(
             target_accuracy: the budget and the target (one value, or one per model).
         dataset, data_root, device: the data (cifar10 from data_root) and cpu/cuda/auto.
         profile, overhead_ms, overhead_per_rank_ms: the simulated network and its overhead.
+        seed: of training and sampling; data_seed: of the generated dataset (fixed while the
+            seed varies, as a user's own data would be).
         mode: centralized, decentralized or local; sampler: auto, tpe or gp; pruner: bound,
             hyperband, sha or none; warm_start: seed cells with their neighbours' best.
         run_dir, storage, tracking_uri, cluster: where results go and trials train.
@@ -184,6 +187,7 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
         epochs=params["epochs"], target_accuracy=params["target_accuracy"],
         profile=params["profile"], mode=params["mode"],
         per_worker_batch=params["per_worker_batch"], seed=params["seed"],
+        data_seed=params["data_seed"],
         sampler=params["sampler"], pruner=params["pruner"], warm_start=params["warm_start"],
         eval_resolution=params["eval_resolution"], overhead_ms=params["overhead_ms"],
         overhead_per_rank_ms=params["overhead_per_rank_ms"], run_dir=params["run_dir"] or "",
@@ -217,6 +221,7 @@ def _prepare(settings: GridSettings, *, n_cells: int) -> None:
                                   "checkpoint_root": settings.checkpoint_root,
                                   "prefect_api_url": os.environ.get("PREFECT_API_URL", "")})
     storage_for(settings.storage)
+    with_storage_retries(lambda: check_grid_data(settings))  # a rerun on other data: refused
     tracking.experiment_id(tracking.client_for(settings.tracking_uri),
                            grid_name=settings.grid_name,
                            artifact_root=f"{settings.run_dir}/mlartifacts")

@@ -74,6 +74,15 @@ class Dataset:
         """Shape of one example, without the batch dimension, e.g. ``(40,)`` for mnist1d."""
         return tuple(int(s) for s in self.X_train.shape[1:])
 
+    def digest(self) -> str:
+        """The first 12 hex digits of a SHA-256 over the four arrays (their dtypes, shapes and
+        bytes): equal for equal data, so runs can show which data they trained on."""
+        h = hashlib.sha256()
+        for a in (self.X_train, self.y_train, self.X_test, self.y_test):
+            h.update(f"{a.dtype.str}{a.shape}".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()[:12]
+
     def __repr__(self) -> str:
         return (
             f"Dataset(name={self.name!r}, n_train={len(self.y_train)}, "

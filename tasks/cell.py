@@ -114,7 +114,7 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
 
 def _open_study(grid: GridSettings, c: Cell, seed_cells: list[dict[str, Any]]) -> optuna.Study:
     """The cell's study, seeded by its finished neighbours when it is new (warm start)."""
-    n_train = len(load_dataset(grid.dataset, seed=grid.seed,
+    n_train = len(load_dataset(grid.dataset, seed=grid.data_seed,
                                root=grid.data_root or None).y_train)
     study = with_storage_retries(lambda: open_study(grid, c, n_train=n_train))
     if grid.warm_start and seed_cells:

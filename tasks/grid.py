@@ -8,7 +8,14 @@ from typing import Any
 
 from damptune import DAMPERS, ConfigError
 from damptune.netmodel import get_profile
-from damptune.validate import choice, non_negative_float, number_in, positive_float, positive_int
+from damptune.validate import (
+    choice,
+    non_negative_float,
+    number_in,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 from models import DATASETS, MODELS, check_dataset
 
 __all__ = ["Cell", "GridSettings", "cells_of", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS",
@@ -77,7 +84,8 @@ class GridSettings:
     # orchestration overhead per update in the simulated time, ms (None: the profile's)
     overhead_ms: float | None = None
     overhead_per_rank_ms: float | None = None
-    seed: int = 0
+    seed: int = 0  # of the training (initial weights, data order) and of the sampler
+    data_seed: int = 0  # of the generated dataset (mnist1d, synthetic): fixed while seed varies
     sampler: str = "auto"  # "tpe", "gp", or "auto" (by the search space's size)
     startup_trials: int = 3  # random trials before the sampler's model (seeds count)
     pruner: str = "bound"
@@ -119,6 +127,8 @@ def cells_of(
     _check_data(settings.dataset, settings.data_root)
     choice("device", settings.device, GRID_DEVICES)
     positive_int("trials", settings.trials, "a positive integer (trials per cell)")
+    seed_int("seed", settings.seed)
+    seed_int("data_seed", settings.data_seed)
     _per_model("target_accuracy", settings.target_accuracy, models,
                lambda name, v: number_in(name, v, 0, 1, "an accuracy in (0, 1]"))
     _per_model("epochs", settings.epochs, models,

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
-from damptune import DAMPERS, DamptuneError, Param
+from damptune import DAMPERS, ConfigError, DamptuneError, Param
 from damptune.config import cap_for
 from tasks.grid import Cell, GridSettings
 from tasks.retries import retry
@@ -20,8 +20,8 @@ from tasks.retries import retry
 __all__ = [
     "storage_for", "study_name", "open_study", "distributions", "count_finished", "FINISHED",
     "best_value", "best_trial", "reached_target", "TARGET_CONSTRAINT",
-    "finished_in_grid",
-    "sampler_for", "sampler_kind", "pruner_for", "trial_seed", "with_storage_retries",
+    "finished_in_grid", "check_grid_data", "sampler_for", "sampler_kind", "pruner_for",
+    "trial_seed", "with_storage_retries",
     "StorageUnavailable",
 ]
 
@@ -170,13 +170,32 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
         pruner=pruner_for(settings, n_train, epochs=settings.epochs_for(cell.model)),
         load_if_exists=True,
     )
+    _check_same_data(study.study_name, study.user_attrs, settings)
     for key, value in {"grid": settings.grid_name, "network": cell.network,
                        "algorithm": cell.algorithm, "model": cell.model,
-                       "dataset": settings.dataset, "profile": settings.profile,
+                       "dataset": settings.dataset, "data_seed": settings.data_seed,
+                       "profile": settings.profile,
                        "target_accuracy": settings.target_for(cell.model)}.items():
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
     return study
+
+
+def check_grid_data(settings: GridSettings) -> None:
+    """Refuse, before any work, a rerun of a grid on other data than its studies' trials
+    (another ``data_seed``): their values would be compared with each other."""
+    prefix = f"{settings.grid_name}/"
+    for s in storage_for(settings.storage).get_all_studies():
+        if s.study_name.startswith(prefix):
+            _check_same_data(s.study_name, s.user_attrs, settings)
+
+
+def _check_same_data(name: str, user_attrs: dict[str, Any], settings: GridSettings) -> None:
+    recorded = user_attrs.get("data_seed")
+    if recorded is not None and recorded != settings.data_seed:
+        raise ConfigError("data_seed", settings.data_seed,
+                          f"{recorded}, the data_seed of study {name!r}'s trials",
+                          "Use another grid_name (or run_dir) for other data.")
 
 
 # A COMPLETE trial's Optuna constraint (``Trial.set_constraint``): target − best test

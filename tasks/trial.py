@@ -16,7 +16,7 @@ from prefect.cache_policies import NO_CACHE
 from damptune import TrainConfig, TrainData, TrainState, train
 from damptune.config import cap_for, import_path
 from damptune.trainer import STOPPED_BY_BOUND
-from models import load_dataset, model_class
+from models import Dataset, load_dataset, model_class
 from tasks import tracking
 from tasks.callbacks import (
     CalibrationKeeper,
@@ -101,19 +101,22 @@ def run_trial(
     session = session_for(session_key)
     logger = MlflowTrialLogger(session.tracking, session.plots,
                                metrics_every=grid.metrics_every, target=grid.target_for(c.model))
+    ds = load_dataset(grid.dataset, seed=grid.data_seed, root=grid.data_root or None)
     try:
         logger.open(experiment_id, parent_run_id=parent_run_id, cell_key=cell_key,
-                    number=number, params=_run_params(grid, c, params),
+                    number=number, params=_run_params(grid, c, params, ds),
                     seeded_from=seeded_from)
-        return _train(grid, c, number=number, trial_id=trial_id, params=params,
+        return _train(grid, c, ds, number=number, trial_id=trial_id, params=params,
                       session=session, logger=logger, lease_key=lease_key)
     except OUTAGES as exc:
         return TrialResult(number, TrialState.INTERRUPTED, params, reason=str(exc), outage=exc)
 
 
-def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any]) -> dict[str, Any]:
+def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any],
+                ds: Dataset) -> dict[str, Any]:
     return {"algorithm": c.algorithm, "network": c.network, "model": c.model,
-            "dataset": grid.dataset, "seed": grid.seed, "mode": grid.mode, "device": grid.device,
+            "dataset": grid.dataset, "data_seed": grid.data_seed, "data_digest": ds.digest(),
+            "seed": grid.seed, "mode": grid.mode, "device": grid.device,
             "profile": grid.profile, "target_accuracy": grid.target_for(c.model),
             "epochs": grid.epochs_for(c.model), **{f"hp.{k}": v for k, v in params.items()}}
 
@@ -130,10 +133,10 @@ def trial_callbacks(*, worklog: WorkLog, logger: MlflowTrialLogger,
     return [WorkLogWriter(worklog, logger.log_resumed_attempt), logger, pruner]
 
 
-def _train(grid: GridSettings, c: Cell, *, number: int, trial_id: int, params: dict[str, Any],
-           session: Session, logger: MlflowTrialLogger, lease_key: str) -> TrialResult:
+def _train(grid: GridSettings, c: Cell, ds: Dataset, *, number: int, trial_id: int,
+           params: dict[str, Any], session: Session, logger: MlflowTrialLogger,
+           lease_key: str) -> TrialResult:
     """Compose the callbacks, train on the cell's ranks, and say how the trial ended."""
-    ds = load_dataset(grid.dataset, seed=grid.seed, root=grid.data_root or None)
     data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
     study = open_study(grid, c, n_train=len(ds.y_train))
     bound = best_value(study) if grid.pruner != "none" else None

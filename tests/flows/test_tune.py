@@ -107,6 +107,10 @@ def test_tune_refuses_bad_parameters_before_any_work(tmp_path):
     with pytest.raises(ConfigError, match="trials=0"):
         tune(networks=[2], algorithms=["geodamp"], models=["mlp"], trials=0,
              run_dir=str(run_dir))
+    for name in ("seed", "data_seed"):
+        with pytest.raises(ConfigError, match=rf"{name}=-1 is not accepted; expected an int"):
+            tune(networks=[2], algorithms=["geodamp"], models=["mlp"], run_dir=str(run_dir),
+                 **{name: -1})
     assert not run_dir.exists()
 
 
@@ -134,3 +138,35 @@ def test_warm_start_seeds_a_cell_with_its_finished_neighbours_best_deterministic
         "", "", seeded.user_attrs["seeded_from"]]
     tune(run_dir=second, **grid)
     assert trials_of(second, "w") == trials_of(first, "w")
+
+
+def _trial_runs(run_dir, grid_name):
+    _, runs = mlflow_runs(run_dir, grid_name)
+    return [r for r in runs if r.data.tags.get("damptune.kind") == "trial"]
+
+
+def test_data_seed_fixes_the_data_while_the_seed_varies_training(tmp_path):
+    """``seed`` varies the training and the search, ``data_seed`` the generated dataset: two
+    seeds train on the same data (its digest in MLflow), and a rerun of a grid on other data
+    is refused before any work, its study left as it was."""
+    run_dir = str(tmp_path / "g")
+    values, digests = {}, {}
+    for name, seed, data_seed in (("a", 0, 0), ("b", 1, 0), ("c", 0, 1)):
+        rows = tune(trials=1, grid_name=name, run_dir=run_dir, cluster="local", mode="local",
+                    seed=seed, data_seed=data_seed, **TINY)
+        values[name] = rows[0]["best_value"]
+        [run] = _trial_runs(run_dir, name)
+        assert run.data.params["data_seed"] == str(data_seed)
+        assert run.data.params["seed"] == str(seed)
+        digests[name] = run.data.params["data_digest"]
+    assert digests["a"] == digests["b"] != digests["c"]
+    assert len(set(values.values())) == 3  # the seed still changes the training
+
+    with pytest.raises(ConfigError, match=r"data_seed=1 is not accepted; expected 0, the "
+                                          r"data_seed of study 'a/n2/geodamp/mlp'"):
+        tune(trials=2, grid_name="a", run_dir=run_dir, cluster="local", mode="local",
+             data_seed=1, **TINY)
+    study = optuna.load_study(study_name="a/n2/geodamp/mlp",
+                              storage=f"sqlite:///{run_dir}/optuna.db")
+    assert [t.value for t in study.trials] == [values["a"]]
+    assert len(_trial_runs(run_dir, "a")) == 1

@@ -63,6 +63,8 @@ def test_load_dataset_same_seed_same_arrays_other_seed_other_arrays(name, tmp_pa
 
     assert _same(first, again)
     assert not np.array_equal(first.X_train, other.X_train)
+    assert first.digest() == again.digest() != other.digest()  # what MLflow shows per trial
+    assert len(first.digest()) == 12 and int(first.digest(), 16) >= 0
 
 
 def test_load_dataset_n_samples_sets_the_total_before_an_80_20_split():
@@ -261,3 +263,14 @@ def test_check_dataset_reads_the_cifar10_batches_without_building_arrays(tmp_pat
         check_dataset("cifar10")
     with pytest.raises(ValueError, match=r"dataset='imagenet'"):
         check_dataset("imagenet")
+
+
+def test_dataset_digest_changes_with_any_array():
+    data = load_dataset("digits", seed=0)
+    for name in ("X_train", "y_train", "X_test", "y_test"):
+        arrays = {k: getattr(data, k).copy() for k in ("X_train", "y_train", "X_test", "y_test")}
+        arrays[name][0] = arrays[name][1] if name.startswith("y") else arrays[name][0] + 1
+        if name.startswith("y") and arrays[name][0] == getattr(data, name)[0]:
+            arrays[name][0] = (arrays[name][0] + 1) % data.n_classes
+        changed = Dataset(name="digits", n_classes=data.n_classes, **arrays)
+        assert changed.digest() != data.digest(), name
