@@ -33,7 +33,7 @@ from tasks.grid import (
     cells_of,
 )
 from tasks.publish import publish_report
-from tasks.report import GridIncomplete, grid_rows, write_meta, write_summary
+from tasks.report import GridIncomplete, check_run_dir, grid_rows, write_meta, write_summary
 from tasks.search import check_grid_data, storage_for, with_storage_retries
 from tasks.session import open_session
 from tasks.warmstart import neighbours
@@ -215,13 +215,15 @@ def _prepare(settings: GridSettings, *, n_cells: int) -> None:
     logger.info("grid %s: %d cells x %d trials; run dir %s; optuna %s; mlflow %s",
                 settings.grid_name, n_cells, settings.trials, settings.run_dir,
                 tracking.redact(settings.storage), tracking.redact(settings.tracking_uri))
+    check_run_dir(settings.run_dir, settings.grid_name)  # another grid's run dir: refused
+    os.makedirs(settings.run_dir, exist_ok=True)  # the SQLite stores' directory
+    storage_for(settings.storage)
+    with_storage_retries(lambda: check_grid_data(settings))  # a rerun on other data: refused
     write_meta(settings.run_dir, {"grid_name": settings.grid_name,
                                   "storage": tracking.redact(settings.storage),
                                   "tracking_uri": tracking.redact(settings.tracking_uri),
                                   "checkpoint_root": settings.checkpoint_root,
                                   "prefect_api_url": os.environ.get("PREFECT_API_URL", "")})
-    storage_for(settings.storage)
-    with_storage_retries(lambda: check_grid_data(settings))  # a rerun on other data: refused
     tracking.experiment_id(tracking.client_for(settings.tracking_uri),
                            grid_name=settings.grid_name,
                            artifact_root=f"{settings.run_dir}/mlartifacts")

@@ -10,7 +10,7 @@ from typing import Any
 
 import optuna
 
-from damptune import DamptuneError
+from damptune import ConfigError, DamptuneError
 from damptune.checkpoint import load_checkpoint
 from tasks.answer import (
     RANK_COLUMNS,
@@ -108,6 +108,16 @@ def write_meta(run_dir: str, meta: dict[str, Any]) -> None:
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, META), "w") as f:
         json.dump(meta, f, indent=1)
+
+
+def check_run_dir(run_dir: str, grid_name: str) -> None:
+    """Refuse a grid in another grid's run directory (its ``grid.json`` names another grid):
+    the two would share checkpoint paths, and one's trials would resume from the other's."""
+    recorded = read_meta(run_dir).get("grid_name")
+    if recorded is not None and recorded != grid_name:
+        raise ConfigError("grid_name", grid_name,
+                          f"{recorded!r}, the grid whose run_dir is {run_dir!r}",
+                          "Give each grid its own run_dir (the default is runs/<grid_name>).")
 
 
 def read_meta(run_dir: str) -> dict[str, Any]:

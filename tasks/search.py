@@ -195,7 +195,7 @@ def _check_same_data(name: str, user_attrs: dict[str, Any], settings: GridSettin
     if recorded is not None and recorded != settings.data_seed:
         raise ConfigError("data_seed", settings.data_seed,
                           f"{recorded}, the data_seed of study {name!r}'s trials",
-                          "Use another grid_name (or run_dir) for other data.")
+                          "Use another grid_name, with its own run_dir, for other data.")
 
 
 # A COMPLETE trial's Optuna constraint (``Trial.set_constraint``): target − best test

@@ -147,11 +147,11 @@ def _trial_runs(run_dir, grid_name):
 
 def test_data_seed_fixes_the_data_while_the_seed_varies_training(tmp_path):
     """``seed`` varies the training and the search, ``data_seed`` the generated dataset: two
-    seeds train on the same data (its digest in MLflow), and a rerun of a grid on other data
-    is refused before any work, its study left as it was."""
-    run_dir = str(tmp_path / "g")
+    seeds train on the same data (its digest in MLflow). A rerun of a grid on other data, or
+    another grid in its run directory, is refused before any work, its study left as it was."""
     values, digests = {}, {}
     for name, seed, data_seed in (("a", 0, 0), ("b", 1, 0), ("c", 0, 1)):
+        run_dir = str(tmp_path / name)
         rows = tune(trials=1, grid_name=name, run_dir=run_dir, cluster="local", mode="local",
                     seed=seed, data_seed=data_seed, **TINY)
         values[name] = rows[0]["best_value"]
@@ -162,11 +162,17 @@ def test_data_seed_fixes_the_data_while_the_seed_varies_training(tmp_path):
     assert digests["a"] == digests["b"] != digests["c"]
     assert len(set(values.values())) == 3  # the seed still changes the training
 
+    run_dir = str(tmp_path / "a")
     with pytest.raises(ConfigError, match=r"data_seed=1 is not accepted; expected 0, the "
                                           r"data_seed of study 'a/n2/geodamp/mlp'"):
         tune(trials=2, grid_name="a", run_dir=run_dir, cluster="local", mode="local",
              data_seed=1, **TINY)
+    with pytest.raises(ConfigError, match=r"grid_name='d' is not accepted; expected 'a', the "
+                                          r"grid whose run_dir is"):
+        tune(trials=2, grid_name="d", run_dir=run_dir, cluster="local", mode="local", **TINY)
+    assert read_meta(run_dir)["grid_name"] == "a"
     study = optuna.load_study(study_name="a/n2/geodamp/mlp",
                               storage=f"sqlite:///{run_dir}/optuna.db")
     assert [t.value for t in study.trials] == [values["a"]]
     assert len(_trial_runs(run_dir, "a")) == 1
+    assert optuna.get_all_study_names(f"sqlite:///{run_dir}/optuna.db") == ["a/n2/geodamp/mlp"]
