@@ -166,7 +166,9 @@ def gather_within(futures: list[Any], *, timeout: float, what: str,
             if f.status == "error":
                 f.result()  # raises the rank's own error
         if all(f.status == "finished" for f in futures):
-            return [f.result() for f in futures]
+            results = _fetched(futures, min(_FETCH_SECONDS, deadline - time.monotonic()))
+            if results is not None:
+                return results
         if time.monotonic() >= deadline:
             _cancel(futures)
             raise ClusterError(f"{what}: ranks did not answer within timeout={timeout} s")
@@ -180,6 +182,18 @@ def gather_within(futures: list[Any], *, timeout: float, what: str,
 
 
 _POLL_SECONDS = 1.0  # how often a wait looks for errors and lost workers
+_FETCH_SECONDS = 10.0  # the longest one try to fetch finished results may take
+
+
+def _fetched(futures: list[Any], timeout: float) -> list[Any] | None:
+    """The finished futures' results, or None if fetching them stalls. A result held by a
+    worker that died after finishing is lost: Dask would recompute it on that worker alone
+    (a rank is pinned to its worker), so an unbounded fetch would wait for ever; the caller
+    looks again (the lost future is no longer finished, and its worker is gone)."""
+    try:
+        return [f.result(timeout=max(timeout, _POLL_SECONDS)) for f in futures]
+    except TimeoutError:
+        return None
 
 
 def _cancel(futures: list[Any]) -> None:

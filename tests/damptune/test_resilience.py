@@ -7,15 +7,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 import torch
-from distributed import Client
+from distributed import Client, wait
 
-from damptune import TrainData, interrupt, load_checkpoint, train
+from damptune import ClusterError, TrainData, interrupt, load_checkpoint, train
 from damptune.checkpoint import checkpoint_paths
-from damptune.cluster import local_cluster
+from damptune.cluster import gather_within, local_cluster
 
 from .test_checkpoint import assert_same_run
 from .test_modes import config
@@ -151,6 +152,41 @@ def killer_at_update(scheduler, which, at_update=30):
 
     callback.done = done
     return callback
+
+
+def _rank_result():
+    return torch.arange(1000.0)
+
+
+@pytest.mark.slow
+def test_a_result_lost_with_its_worker_raises_instead_of_waiting_for_ever(fragile_cluster):
+    """A rank's task finished on a worker that is SIGKILLed before its result is fetched: the
+    result is lost, and its task, pinned to the dead worker, can never run again. Waiting for
+    it raises ClusterError (the trainer recovers from a lost worker) within seconds; it
+    waited for ever before, and a grid on a spot cluster hung with it."""
+    with Client(fragile_cluster.scheduler_address, timeout="10s") as client:
+        worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+        pid = client.run(os.getpid, workers=[worker])[worker]
+        future = client.submit(_rank_result, workers=[worker], allow_other_workers=False,
+                               pure=False)
+        wait([future])
+        assert future.status == "finished"
+        os.kill(pid, signal.SIGKILL)
+        outcome = {}
+
+        def fetch():
+            try:
+                outcome["results"] = gather_within([future], timeout=300, what="segment",
+                                                   client=client, workers=[worker])
+            except ClusterError as exc:
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=fetch, daemon=True)
+        thread.start()
+        thread.join(90)
+        assert not thread.is_alive(), "still waiting for the lost result 90 s after the kill"
+        assert "results" not in outcome
+        assert f"worker(s) ['{worker}'] left the cluster" in str(outcome["error"])
 
 
 VICTIMS = {"one worker": lambda workers: workers[1:2], "every worker": lambda workers: workers}
