@@ -141,8 +141,9 @@ def _evidence(row: dict[str, Any], *, run_dir: str,
         return {**progress_to_target([], target=1.0), "reached": None,
                 "history": "no COMPLETE trial"}, None
     cell = Cell(int(row["network"]), str(row["algorithm"]), str(row["model"]))
-    path = checkpoint_path(GridSettings(run_dir=run_dir, checkpoint_root=checkpoint_root),
-                           cell, int(row["best_trial"]))
+    grid = GridSettings(grid_name=str(row.get("grid") or ""), run_dir=run_dir,
+                        checkpoint_root=checkpoint_root)
+    path = checkpoint_path(grid, cell, int(row["best_trial"]))
     try:
         if row.get("target_accuracy") is None:
             raise KeyError(f"the study {row['study']!r} has no user attribute target_accuracy")

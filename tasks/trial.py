@@ -122,8 +122,12 @@ def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any],
 
 
 def checkpoint_path(grid: GridSettings, c: Cell, number: int) -> str:
-    return os.path.join(grid.checkpoint_root or grid.run_dir, "checkpoints", c.key,
-                        f"trial-{number}.pt")
+    """Where trial ``number`` of cell ``c`` checkpoints: under the grid's run directory, which
+    belongs to one grid (``tasks.report.check_run_dir``), or under ``checkpoint_root``, which
+    grids may share, in the grid's own folder there, so no grid resumes another's trial."""
+    base = (os.path.join(grid.checkpoint_root, grid.grid_name) if grid.checkpoint_root
+            else grid.run_dir)
+    return os.path.join(base, "checkpoints", c.key, f"trial-{number}.pt")
 
 
 def trial_callbacks(*, worklog: WorkLog, logger: MlflowTrialLogger,

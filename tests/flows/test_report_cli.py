@@ -92,7 +92,7 @@ def test_report_reads_checkpoints_from_the_grid_checkpoint_root(tmp_path):
                             checkpoint_root=str(tmp_path / "ckpts"))
     build_grid(settings, networks=(2,), algorithms=("geodamp",),
                trials={"geodamp": [{"factor": 4.0, "delay": 1}]})
-    assert os.path.exists(tmp_path / "ckpts" / "checkpoints" / "n2" / "geodamp" / "mlp")
+    assert os.path.exists(tmp_path / "ckpts" / "g2" / "checkpoints" / "n2" / "geodamp" / "mlp")
     (row,) = map(json.loads, report("--run-dir", settings.run_dir, "--json").stdout.splitlines())
     assert row["history"] == "ok" and row["reached"] is True
     out = report("--run-dir", settings.run_dir, "--json", "--checkpoint-root", str(tmp_path))

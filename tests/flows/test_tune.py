@@ -148,12 +148,16 @@ def _trial_runs(run_dir, grid_name):
 def test_data_seed_fixes_the_data_while_the_seed_varies_training(tmp_path):
     """``seed`` varies the training and the search, ``data_seed`` the generated dataset: two
     seeds train on the same data (its digest in MLflow). A rerun of a grid on other data, or
-    another grid in its run directory, is refused before any work, its study left as it was."""
-    values, digests = {}, {}
+    another grid in its run directory, is refused before any work, its study left as it was.
+    Grids that share a ``checkpoint_root`` keep their checkpoints apart: none resumes another's
+    trial 0 (which would fail it, or copy its value)."""
+    values, digests, shared = {}, {}, tmp_path / "ckpts"
     for name, seed, data_seed in (("a", 0, 0), ("b", 1, 0), ("c", 0, 1)):
         run_dir = str(tmp_path / name)
         rows = tune(trials=1, grid_name=name, run_dir=run_dir, cluster="local", mode="local",
-                    seed=seed, data_seed=data_seed, **TINY)
+                    seed=seed, data_seed=data_seed, checkpoint_root=str(shared), **TINY)
+        assert rows[0]["n_complete"] == 1 and rows[0]["n_failed"] == 0
+        assert (shared / name / "checkpoints" / "n2" / "geodamp" / "mlp" / "trial-0.pt").exists()
         values[name] = rows[0]["best_value"]
         [run] = _trial_runs(run_dir, name)
         assert run.data.params["data_seed"] == str(data_seed)
