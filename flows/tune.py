@@ -108,15 +108,23 @@ def tune(
     """
     settings, cells = _settings(dict(locals()))
     _prepare(settings, n_cells=len(cells))
+    failures = _run_grid(settings, cells, cluster=cluster,
+                         max_concurrent_cells=max_concurrent_cells,
+                         max_concurrent_trials=max_concurrent_trials)
+    return _summarize(settings, cells, failures)
+
+
+def _run_grid(settings: GridSettings, cells: list[Cell], *, cluster: str,
+              max_concurrent_cells: int, max_concurrent_trials: int) -> list[str]:
+    """The cells, in one session on ``cluster`` sized for the largest network; the failures."""
     with (
         keep_running_without_console(get_run_logger().warning),  # its Prefect worker may die
         open_session(settings, key=_flow_run_key(), cluster=cluster,
-                     n_workers=max(networks)) as session,
+                     n_workers=max(c.network for c in cells)) as session,
     ):
-        failures = _run_cells(settings, cells, session_key=session.key,
-                              max_concurrent_cells=max_concurrent_cells,
-                              max_concurrent_trials=max_concurrent_trials)
-    return _summarize(settings, cells, failures)
+        return _run_cells(settings, cells, session_key=session.key,
+                          max_concurrent_cells=max_concurrent_cells,
+                          max_concurrent_trials=max_concurrent_trials)
 
 
 def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
