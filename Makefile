@@ -14,7 +14,8 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# the pinned CPU wheel first: a looser torch requirement would pull GBs of CUDA packages
+	# torch first: where pip has a local CPU wheel of 2.13.0 (find-links) it takes it and the
+	# install of the rest keeps it; elsewhere this is PyPI's CUDA build (see setup-gpu)
 	$(BIN)/pip install -q "torch==2.13.0"
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
