@@ -1,4 +1,5 @@
-"""Command line: ``damptune train|simulate ...`` (also ``python -m damptune``)."""
+"""Command line: ``damptune train|simulate ...`` (also ``python -m damptune``);
+``damptune --version`` prints the installed package's version."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any
 
 from damptune.records import EvalRecord, Record, UpdateRecord
@@ -25,8 +26,18 @@ def _key_value(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def _installed_version() -> str:
+    """The version of the installed ``damptune`` distribution (its metadata), or a note that
+    it is not installed (run from a checkout without ``pip install``)."""
+    try:
+        return version("damptune")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e . from the checkout)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="damptune", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train one model with one damper and print a summary")

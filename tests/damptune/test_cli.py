@@ -38,3 +38,11 @@ def test_cli_unknown_model_is_a_clear_error():
     assert out.returncode == 2
     assert "resnet9000" in out.stderr and "mlp" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_cli_version_prints_the_installed_package_version():
+    from importlib.metadata import version
+
+    out = run("--version", timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"damptune {version('damptune')}"
