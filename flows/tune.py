@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -40,15 +41,17 @@ from tasks.warmstart import neighbours
 
 __all__ = ["tune", "resolve_locations", "grid_of", "flow_defaults"]
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def resolve_locations(settings: GridSettings) -> None:
-    """Default run directory, Optuna storage and MLflow store (SQLite files in the run dir)."""
+    """Default run directory, Optuna storage and MLflow store (SQLite files in the run dir).
+
+    A relative run directory (the default ``runs/<grid_name>`` too) is taken relative to the
+    current working directory when this is called, never to where the package is installed:
+    ``damptune tune`` writes under the directory it is run from, and a Prefect deployment's
+    flow under its working directory (prefect.yaml's pull step: where it was deployed from).
+    """
     run_dir = settings.run_dir or os.path.join("runs", settings.grid_name)
-    if not os.path.isabs(run_dir):
-        run_dir = os.path.join(PROJECT_ROOT, run_dir)
-    settings.run_dir = run_dir
+    settings.run_dir = run_dir = str(Path.cwd() / run_dir)  # an absolute one stays as it is
     settings.storage = settings.storage or f"sqlite:///{run_dir}/optuna.db"
     settings.tracking_uri = (settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
                              or f"sqlite:///{run_dir}/mlflow.db")

@@ -1,7 +1,10 @@
 """One set of defaults: the flow's parameters, the grid's settings and `damptune tune`."""
 
 import dataclasses
+import importlib
 
+from damptune import interrupt
+from damptune.cli import main
 from flows.cli import _TUNE_OPTIONS
 from flows.tune import flow_defaults, grid_of
 from tasks.grid import GridSettings
@@ -24,3 +27,31 @@ def test_every_tune_option_is_a_flow_parameter_and_the_defaults_validate():
     settings, cells = grid_of({})
     assert len(cells) == len(flow["networks"]) * len(flow["algorithms"]) * len(flow["models"])
     assert settings.storage.startswith("sqlite:///")
+
+
+def test_default_run_dir_follows_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not where the package lies: an installed one is elsewhere
+    settings, _ = grid_of({"grid_name": "g"})
+    assert settings.run_dir == str(tmp_path / "runs" / "g")
+    assert settings.storage == f"sqlite:///{tmp_path}/runs/g/optuna.db"
+    assert grid_of({"run_dir": "mine"})[0].run_dir == str(tmp_path / "mine")
+    assert grid_of({"run_dir": "/elsewhere/g"})[0].run_dir == "/elsewhere/g"
+
+
+def test_cli_tune_from_a_directory_runs_the_grid_there(tmp_path, monkeypatch):
+    """`damptune tune` run from ``tmp_path`` gives the flow a run directory under it (the
+    flow itself, minutes of training, is replaced by a recorder)."""
+    module, calls = importlib.import_module("flows.tune"), []
+
+    def recorder(**params):
+        calls.append(params)
+        return []
+
+    recorder.fn = module.tune.fn  # the flow's signature: its defaults
+    monkeypatch.setattr(module, "tune", recorder)
+    monkeypatch.setattr(interrupt, "install_sigterm_handler", lambda **_: True)
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", "--networks", "2", "--algorithms", "geodamp", "--models", "mlp",
+                 "--trials", "1", "--grid-name", "tiny", "--no-progress"]) == 0
+    assert calls[0]["run_dir"] == str(tmp_path / "runs" / "tiny")
+    assert calls[0]["storage"] == f"sqlite:///{tmp_path}/runs/tiny/optuna.db"
