@@ -58,62 +58,65 @@ def resolve_locations(settings: GridSettings) -> None:
 
 
 @flow(name="tune", log_prints=True)
-def tune(
-    networks: list[int] = [2, 4, 8, 16],  # noqa: B006 - Prefect shows defaults in the UI
-    algorithms: list[str] = list(ALGORITHMS),  # noqa: B006,B008
-    models: list[str] = list(MODEL_NAMES),  # noqa: B006,B008
-    dataset: str = "mnist1d",
-    data_root: str | None = None,
-    device: str = "cpu",
-    trials: int = 8,
+def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the defaults in its UI
+    networks: list[int] = [2, 4, 8, 16], algorithms: list[str] = list(ALGORITHMS),  # noqa: B006,B008
+    models: list[str] = list(MODEL_NAMES), dataset: str = "mnist1d",  # noqa: B006,B008
+    data_root: str | None = None, device: str = "cpu", trials: int = 8,
     epochs: float | dict[str, float] = DEFAULT_EPOCHS,  # noqa: B006
     target_accuracy: float | dict[str, float] = DEFAULT_TARGETS,  # noqa: B006
-    profile: str = "decentralized-moderate",
-    mode: str = "centralized",
-    per_worker_batch: int = 32,
-    seed: int = 0,
-    data_seed: int = 0,
-    sampler: str = "auto",
-    pruner: str = "bound",
-    warm_start: bool = True,
-    eval_resolution: float = 0.02,
-    overhead_ms: float | None = None,
-    overhead_per_rank_ms: float | None = None,
-    grid_name: str = "grid",
-    run_dir: str | None = None,
-    storage: str | None = None,
-    tracking_uri: str | None = None,
-    cluster: str = "local",
-    max_concurrent_cells: int = 2,
-    max_concurrent_trials: int = 1,
-    checkpoint_seconds: float = 30.0,
-    checkpoint_every: int = 0,
-    checkpoint_root: str | None = None,
-    max_cluster_lifetime: str | None = None,
-    trial_attempts: int = 3,
-    worker_wait: float = 600.0,
+    profile: str = "decentralized-moderate", mode: str = "centralized", per_worker_batch: int = 32,
+    seed: int = 0, data_seed: int = 0, sampler: str = "auto", pruner: str = "bound",
+    warm_start: bool = True, eval_resolution: float = 0.02, overhead_ms: float | None = None,
+    overhead_per_rank_ms: float | None = None, grid_name: str = "grid", run_dir: str | None = None,
+    storage: str | None = None, tracking_uri: str | None = None, cluster: str = "local",
+    max_concurrent_cells: int = 2, max_concurrent_trials: int = 1,
+    checkpoint_seconds: float = 30.0, checkpoint_every: int = 0,
+    checkpoint_root: str | None = None, max_cluster_lifetime: str | None = None,
+    trial_attempts: int = 3, worker_wait: float = 600.0,
 ) -> list[dict[str, Any]]:
     """Tune every cell's damping; return one summary per cell, or raise ``GridIncomplete``
     after the summary if a trial ended FAIL or interrupted (README: "The tuning pipeline").
 
     Args:
-        networks, algorithms, models: the grid; trials: per cell, in all; epochs,
-            target_accuracy: the budget and the target (one value, or one per model).
-        dataset, data_root, device: the data (cifar10 from data_root) and cpu/cuda/auto.
-        profile, overhead_ms, overhead_per_rank_ms: the simulated network and its overhead.
-        seed: of training and sampling; data_seed: of the generated dataset (fixed while the
-            seed varies, as a user's own data would be).
-        mode: centralized, decentralized or local; sampler: auto, tpe or gp; pruner: bound,
-            hyperband, sha or none; warm_start: seed cells with their neighbours' best.
-        run_dir, storage, tracking_uri, cluster: where results go and trials train.
-        checkpoint_seconds, checkpoint_every, checkpoint_root, max_cluster_lifetime,
-            trial_attempts, worker_wait: checkpoints, and faults of spot clusters.
+        networks: network sizes of the cells, in ranks (integers >= 1), e.g. [2, 4, 8, 16].
+        algorithms: dampers: geodamplr, cntsdamplr, geodamp, padadamp, adadamp, radadamp, sgd.
+        models: mlp, cnn (CPU-sized) or wrn16_4 (Wide-ResNet-16-4, for GPUs).
+        dataset: mnist1d, digits, synthetic, or cifar10 (read from data_root, never downloaded).
+        data_root: directory of the CIFAR-10 python batches, for dataset cifar10 (else unused).
+        device: where ranks train: cpu, cuda (a GPU per rank) or auto (CUDA if workers have it).
+        trials: Optuna trials per cell, in all (>= 1): a rerun tops up to it, never beyond.
+        epochs: training budget of a trial, in epochs (> 0): one number, or {model: epochs}.
+        target_accuracy: test accuracy in (0, 1] that stops the clock: one, or {model: accuracy}.
+        profile: simulated network: decentralized-moderate, decentralized-high, centralized, or
+            custom:GBPS:LATENCY_US[:ring|tree|centralized[:OVERHEAD_MS[:PER_RANK_MS]]].
+        mode: centralized (parameter server), decentralized (all-reduce) or local (one process).
+        per_worker_batch: examples per rank (>= 1); a cell's batch cap is network x this.
+        seed: integer seed of the training (initial weights, data order) and of the sampler.
+        data_seed: integer seed of the generated dataset (mnist1d, synthetic), kept as seed varies.
+        sampler: auto (GP for a one-hyperparameter damper, TPE for two), tpe or gp.
+        pruner: bound (a trial stops past the cell's best time), hyperband, sha, or none.
+        warm_start: true: a cell waits for its neighbour cells and first tries their best.
+        eval_resolution: extra evaluations each time examples seen grow by this fraction (>= 0).
+        overhead_ms: simulated overhead per update, ms (>= 0; None: the profile's, 16 if named).
+        overhead_per_rank_ms: simulated overhead per update and rank, ms (>= 0; None: profile's).
+        grid_name: the grid's name (no "/"): its studies, MLflow experiment and default run_dir.
+        run_dir: results directory (default runs/<grid_name>; relative: under the working dir).
+        storage: Optuna storage, any SQLAlchemy URL (default: SQLite optuna.db in run_dir).
+        tracking_uri: MLflow URI (default: $MLFLOW_TRACKING_URI, else SQLite mlflow.db in run_dir).
+        cluster: local (a LocalCluster per flow run), tcp://HOST:PORT, or a cluster YAML's path.
+        max_concurrent_cells: cells trained at once (>= 1).
+        max_concurrent_trials: trials of a cell trained at once (>= 1; 1 for exact repeats).
+        checkpoint_seconds: seconds of training between a trial's checkpoints (> 0).
+        checkpoint_every: model updates between a trial's checkpoints (0: by time only).
+        checkpoint_root: path or fsspec URL of the checkpoints (default: the run directory).
+        max_cluster_lifetime: e.g. "6h": trials checkpoint and stop before the cluster is this old.
+        trial_attempts: tries of a trial that cluster faults interrupt, in one run (>= 1).
+        worker_wait: seconds a trial waits for its workers before it is interrupted (> 0).
     """
     settings, cells = _settings(dict(locals()))
     _prepare(settings, n_cells=len(cells))
-    failures = _run_grid(settings, cells, cluster=cluster,
-                         max_concurrent_cells=max_concurrent_cells,
-                         max_concurrent_trials=max_concurrent_trials)
+    failures = _run_grid(settings, cells, max_concurrent_trials=max_concurrent_trials,
+                         max_concurrent_cells=max_concurrent_cells, cluster=cluster)
     return _summarize(settings, cells, failures)
 
 
