@@ -12,11 +12,12 @@ import logging
 import os
 from typing import Any
 
+import dask
 import torch
 from distributed import Client, Nanny, Scheduler, SpecCluster
 
 from damptune import ConfigError
-from damptune.cluster import local_cluster
+from damptune.cluster import QUIET_CONFIG, local_cluster
 from damptune.devices import Placement, place_ranks, unpinned_gpu_hosts, worker_report
 
 __all__ = ["gpu_ids", "local_cluster_for", "pinned_gpu_cluster", "check_workers"]
@@ -61,11 +62,17 @@ def local_cluster_for(device: str, *, n_workers: int, local_directory: str) -> A
                           f"{device!r} on cluster='local' (a GPU per rank; this machine has "
                           f"{len(ids)})", "Use device='cpu', or a cluster with more GPUs.")
     os.makedirs(local_directory, exist_ok=True)
+    with dask.config.set(QUIET_CONFIG):  # idle workers cost nothing here either
+        return _gpu_cluster(ids[:n_workers], local_directory=local_directory)
+
+
+def _gpu_cluster(ids: list[str], *, local_directory: str) -> Any:
+    n_workers = len(ids)
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError:
-        return pinned_gpu_cluster(ids[:n_workers], local_directory=local_directory)
-    return LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(ids[:n_workers]),
+        return pinned_gpu_cluster(ids, local_directory=local_directory)
+    return LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(ids),
                             n_workers=n_workers, threads_per_worker=1, host="127.0.0.1",
                             dashboard_address=None, local_directory=local_directory,
                             silence_logs=logging.ERROR)
