@@ -7,6 +7,7 @@ import threading
 import torch
 
 from damptune.state import GLOBAL_RNG_LOCK, build_model
+from tests.threads import OK, run_in_threads
 
 from .test_modes import config
 
@@ -33,10 +34,6 @@ def test_models_built_in_concurrent_threads_have_their_seeds_weights():
                 torch.rand(1000)
                 torch.set_rng_state(state)
 
-    threads = [threading.Thread(target=build, args=(i,)) for i in (0, 1)]
-    threads.append(threading.Thread(target=meddle))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    outcomes = run_in_threads([lambda: build(0), lambda: build(1), meddle])
+    assert outcomes == [OK] * 3, outcomes  # every thread ended, none raised
     assert not errors, errors[:3]

@@ -1,5 +1,6 @@
 """The small grid the fault tests run, and what they read back from Optuna and MLflow."""
 
+import os
 import threading
 import time
 
@@ -36,18 +37,57 @@ def runs_per_trial(run_dir, grid_name):
 def after_first_finished_trial(storage, action):
     """A started thread that calls ``action()`` once the grid's storage holds a finished
     trial (the fault lands mid-grid, with work done and work left)."""
+    return _when(lambda: _finished(storage) >= 1, action, every=0.3)
+
+
+def while_a_trial_trains(storage, run_dir, action):
+    """A started thread that calls ``action()`` once the grid's storage holds a finished trial
+    and another trial is training: RUNNING, with an update in its work log. The fault lands
+    inside that trial, which must then resume (a second attempt in its work log)."""
+    return _when(lambda: _finished(storage) >= 1 and _training(storage, run_dir), action,
+                 every=0.1)
+
+
+def _when(ready, action, *, every):
     def watch():
         while True:
-            time.sleep(0.3)
+            time.sleep(every)
             try:
-                done = sum(t.state.is_finished() for s in storage_for(storage).get_all_studies()
-                           for t in storage_for(storage).get_all_trials(s._study_id))
+                if not ready():
+                    continue
             except Exception:  # noqa: BLE001 - not created yet
                 continue
-            if done >= 1:
-                action()
-                return
+            action()
+            return
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     return watcher
+
+
+def _trials(storage):
+    """(study name, frozen trial) of every trial in the grid's storage."""
+    store = storage_for(storage)
+    return [(s.study_name, t) for s in store.get_all_studies()
+            for t in store.get_all_trials(s._study_id)]
+
+
+def _finished(storage):
+    return sum(t.state.is_finished() for _, t in _trials(storage))
+
+
+def _training(storage, run_dir):
+    """Whether a RUNNING trial's work log shows an update done (``tasks/worklog.py``)."""
+    return any(_live_update(os.path.join(run_dir, "worklog", name.split("/", 1)[1],
+                                         f"trial-{t.number}.live")) >= 1
+               for name, t in _trials(storage)
+               if t.state == optuna.trial.TrialState.RUNNING)
+
+
+def _live_update(path):
+    """The latest update in a trial's live work-log line; 0 if there is none yet."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0

@@ -2,6 +2,7 @@
 cluster becomes a FAIL (real Prefect harness, Optuna and MLflow on SQLite, real Dask
 LocalClusters whose worker processes are killed by real signals)."""
 
+import logging
 import os
 import signal
 import socket
@@ -14,8 +15,15 @@ from mlflow.tracking import MlflowClient
 from damptune.cluster import local_cluster
 from flows.tune import tune
 from infra.stack import REPO_ROOT
+from tasks import worklog
 from tasks.report import GridIncomplete
-from tests.flows.grids import GRID, after_first_finished_trial, runs_per_trial, trials_of
+from tests.flows.grids import (
+    GRID,
+    after_first_finished_trial,
+    runs_per_trial,
+    trials_of,
+    while_a_trial_trains,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -42,28 +50,46 @@ def sigkill(address, pick):
     return kill
 
 
+def assert_killed_inside_a_trial(watcher, kill, n_killed, caplog, run_dir):
+    """The kill happened, hit ``n_killed`` workers, and landed inside a trial, which went on:
+    its driver re-formed the ranks' group from its last synced update (damptune/segments.py
+    logs it) or the trial was retried (a second attempt in its work log). A kill between two
+    trials does neither."""
+    watcher.join(60)
+    assert not watcher.is_alive(), "the kill never happened: no trial was seen training"
+    assert len(kill.done) == n_killed, kill.done  # really killed
+    regrouped = [r.getMessage() for r in caplog.records
+                 if r.name == "damptune.segments" and r.getMessage().startswith("lost a rank")]
+    retried = {k: w for k, w in worklog.summary(run_dir).items() if w["attempts"] >= 2}
+    assert regrouped or retried, "no trial lost a rank or was retried: the kill missed them"
+
+
 @pytest.mark.parametrize("victims", ["one worker", "every worker"])
-def test_workers_sigkilled_mid_grid_lose_nothing(tmp_path, spot_cluster, clean, victims):
-    """The issue's scenario: worker processes SIGKILLed after the first trial finished; their
-    nannies start replacements at new addresses. The grid ends as the clean run did: every
-    trial COMPLETE or PRUNED once, none FAIL, the same values, one MLflow run per trial."""
+def test_workers_sigkilled_mid_grid_lose_nothing(tmp_path, spot_cluster, clean, victims,
+                                                 caplog):
+    """The issue's scenario: worker processes SIGKILLed after the first trial finished, while
+    another trains; their nannies start replacements at new addresses. The trial that lost
+    its workers went on, and the grid ends as the clean run did: every trial COMPLETE or
+    PRUNED once, none FAIL, the same values, one MLflow run per trial."""
     run_dir = str(tmp_path / "r")
     pick = (lambda ws: ws[:1]) if victims == "one worker" else (lambda ws: ws)
     kill = sigkill(spot_cluster.scheduler_address, pick)
-    watcher = after_first_finished_trial(f"sqlite:///{run_dir}/optuna.db", kill)
-    rows = tune(grid_name="g", run_dir=run_dir, cluster=spot_cluster.scheduler_address, **GRID)
-    watcher.join()
-    assert len(kill.done) == (1 if victims == "one worker" else 2)  # really killed
+    watcher = while_a_trial_trains(f"sqlite:///{run_dir}/optuna.db", run_dir, kill)
+    with caplog.at_level(logging.WARNING, logger="damptune.segments"):
+        rows = tune(grid_name="g", run_dir=run_dir, cluster=spot_cluster.scheduler_address,
+                    **GRID)
+    assert_killed_inside_a_trial(watcher, kill, 1 if victims == "one worker" else 2, caplog,
+                                 run_dir)
     assert all(r["n_failed"] == 0 and r["n_interrupted"] == 0 for r in rows)
     assert trials_of(run_dir, "g") == clean
     assert set(runs_per_trial(run_dir, "g").values()) == {1}
 
 
-def test_a_grid_on_a_spec_cluster_from_yaml_survives_a_killed_worker(tmp_path, clean):
+def test_a_grid_on_a_spec_cluster_from_yaml_survives_a_killed_worker(tmp_path, clean, caplog):
     """A cluster class other than LocalCluster, loaded from YAML as a user would load theirs:
     distributed's SpecCluster (the base of dask-jobqueue's and dask-kubernetes' clusters) from
-    infra/cluster-spec.yaml, given a known port. A worker SIGKILLed mid-grid is replaced by
-    its nanny; the grid ends equal to the clean run."""
+    infra/cluster-spec.yaml, given a known port. A worker SIGKILLed mid-trial is replaced by
+    its nanny; the trial goes on and the grid ends equal to the clean run."""
     with open(os.path.join(REPO_ROOT, "infra", "cluster-spec.yaml")) as f:
         spec = yaml.safe_load(f)
     with socket.socket() as s:
@@ -74,10 +100,10 @@ def test_a_grid_on_a_spec_cluster_from_yaml_survives_a_killed_worker(tmp_path, c
     path.write_text(yaml.safe_dump(spec))
     run_dir = str(tmp_path / "y")
     kill = sigkill(f"tcp://127.0.0.1:{port}", lambda ws: ws[:1])
-    watcher = after_first_finished_trial(f"sqlite:///{run_dir}/optuna.db", kill)
-    rows = tune(grid_name="g", run_dir=run_dir, cluster=str(path), **GRID)
-    watcher.join()
-    assert len(kill.done) == 1  # really killed
+    watcher = while_a_trial_trains(f"sqlite:///{run_dir}/optuna.db", run_dir, kill)
+    with caplog.at_level(logging.WARNING, logger="damptune.segments"):
+        rows = tune(grid_name="g", run_dir=run_dir, cluster=str(path), **GRID)
+    assert_killed_inside_a_trial(watcher, kill, 1, caplog, run_dir)
     assert all(r["n_failed"] == 0 and r["n_interrupted"] == 0 for r in rows)
     assert trials_of(run_dir, "g") == clean
     assert set(runs_per_trial(run_dir, "g").values()) == {1}

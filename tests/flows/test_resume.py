@@ -142,8 +142,13 @@ def test_sigkill_of_the_flow_process_then_rerun(tmp_path, clean):
     assert all(w["attempts"] <= 2 and w["max_lost_updates"] <= EVERY
                for w in work.values()), work
     report = subprocess.run([sys.executable, "-m", "damptune", "report", "--run-dir",
-                             str(run_dir), "--json"], capture_output=True, text=True)
+                             str(run_dir), "--json"], capture_output=True, text=True,
+                            timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
     rows = [json.loads(line) for line in report.stdout.splitlines()]
+    # one row per algorithm of the grid's one (network, model) pair, every trial finished
+    assert sorted(r["algorithm"] for r in rows) == ["geodamp", "padadamp"], rows
+    assert all(r["n_complete"] + r["n_pruned"] == 3 for r in rows), rows
     assert all(r["n_interrupted"] == 0 and r["n_failed"] == 0 for r in rows)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from models import DATASETS, Dataset, check_dataset, load_dataset
+from tests.threads import OK, run_in_threads
 
 SMALL = 200  # mnist1d examples for the tests that generate several datasets
 
@@ -244,11 +245,10 @@ def test_load_dataset_mnist1d_generated_by_threads_at_once_is_each_seeds_data(tm
         got[i, seed] = load_dataset("mnist1d", seed=seed, n_samples=SMALL,
                                     root=tmp_path / f"cold{i}")
 
-    threads = [threading.Thread(target=load, args=(i, seed)) for i in (0, 1) for seed in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    outcomes = run_in_threads([lambda i=i, seed=seed: load(i, seed)
+                               for i in (0, 1) for seed in (0, 1)])
+    assert outcomes == [OK] * 4, outcomes  # every thread ended, none raised
+    assert sorted(got) == [(0, 0), (0, 1), (1, 0), (1, 1)]  # all 4 loads returned
     assert all(_same(data, expected[seed]) for (_, seed), data in got.items())
 
 
