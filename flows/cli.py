@@ -74,6 +74,9 @@ _TUNE_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--trial-attempts", "trial_attempts", int,
      "tries of a trial that faults of the cluster interrupt, each from its checkpoint"),
     ("--worker-wait", "worker_wait", float, "seconds a trial waits for the workers it needs"),
+    ("--workers-per-trial", "workers_per_trial", int,
+     "Dask workers a trial's ranks run on (0: one per rank; default: on --cluster local, the "
+     "cores shared by the trials at once)"),
 )
 def register_tune(sub: Any) -> None:
     t = sub.add_parser("tune", help="run the tuning grid in this process (no servers needed)",

@@ -72,10 +72,9 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
     max_concurrent_cells: int = 2, max_concurrent_trials: int = 1,
     checkpoint_seconds: float = 30.0, checkpoint_every: int = 0,
     checkpoint_root: str | None = None, max_cluster_lifetime: str | None = None,
-    trial_attempts: int = 3, worker_wait: float = 600.0,
+    trial_attempts: int = 3, worker_wait: float = 600.0, workers_per_trial: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Tune every cell's damping; return one summary per cell, or raise ``GridIncomplete``
-    after the summary if a trial ended FAIL or interrupted (README: "The tuning pipeline").
+    """Tune every cell's damping; one summary per cell, or ``GridIncomplete`` after it.
 
     Args:
         networks: network sizes of the cells, in ranks (integers >= 1), e.g. [2, 4, 8, 16].
@@ -112,6 +111,7 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
         max_cluster_lifetime: e.g. "6h": trials checkpoint and stop before the cluster is this old.
         trial_attempts: tries of a trial that cluster faults interrupt, in one run (>= 1).
         worker_wait: seconds a trial waits for its workers before it is interrupted (> 0).
+        workers_per_trial: Dask workers per trial (0: one per rank; None: README "Clusters").
     """
     settings, cells = _settings(dict(locals()))
     _prepare(settings, n_cells=len(cells))
@@ -126,11 +126,21 @@ def _run_grid(settings: GridSettings, cells: list[Cell], *, cluster: str,
     with (
         keep_running_without_console(get_run_logger().warning),  # its Prefect worker may die
         open_session(settings, key=_flow_run_key(), cluster=cluster,
-                     n_workers=max(c.network for c in cells)) as session,
+                     n_workers=_cluster_size(settings, cells, at_once=max_concurrent_cells
+                                             * max_concurrent_trials)) as session,
     ):
         return _run_cells(settings, cells, session_key=session.key,
                           max_concurrent_cells=max_concurrent_cells,
                           max_concurrent_trials=max_concurrent_trials)
+
+
+def _cluster_size(settings: GridSettings, cells: list[Cell], *, at_once: int) -> int:
+    """Workers the grid's session needs: the largest network's ranks, one worker each; with
+    ``workers_per_trial`` N, N for each trial that trains at once (never more)."""
+    largest = max(c.network for c in cells)
+    if not settings.workers_per_trial or settings.mode == "local":
+        return largest
+    return min(largest * at_once, settings.workers_per_trial * at_once)
 
 
 def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
@@ -212,12 +222,26 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
         max_cluster_lifetime=lifetime or 0.0, trial_attempts=params["trial_attempts"],
         worker_wait=params["worker_wait"],
     )
-    cells = cells_of(networks=params["networks"], algorithms=params["algorithms"],
-                     models=params["models"], settings=settings)
     positive_int("max_concurrent_cells", params["max_concurrent_cells"])
     positive_int("max_concurrent_trials", params["max_concurrent_trials"])
+    settings.workers_per_trial = _workers_per_trial(params)
+    cells = cells_of(networks=params["networks"], algorithms=params["algorithms"],
+                     models=params["models"], settings=settings)
     resolve_locations(settings)
     return settings, cells
+
+
+def _workers_per_trial(params: dict[str, Any]) -> Any:
+    """``workers_per_trial`` as given; None: on ``cluster="local"`` on CPU in centralized mode
+    the machine's cores shared by the trials that train at once (at least 1), since P ranks
+    on fewer cores only take turns; elsewhere 0, one worker per rank, as on a real cluster."""
+    given = params["workers_per_trial"]
+    if given is not None:
+        return given
+    if (params["cluster"], params["device"], params["mode"]) != ("local", "cpu", "centralized"):
+        return 0
+    at_once = params["max_concurrent_cells"] * params["max_concurrent_trials"]
+    return max(1, (os.cpu_count() or 1) // at_once)
 
 
 def _prepare(settings: GridSettings, *, n_cells: int) -> None:

@@ -102,10 +102,20 @@ class GridSettings:
     retry_backoff: float = 2.0  # seconds before the first retry of a trial; doubled each time
     worker_wait: float = 600.0  # seconds a trial waits for its workers before it is interrupted
     checkpoint_root: str = ""  # where trial checkpoints go: a path or fsspec URL (default run dir)
+    # Dask workers a trial's P ranks run on: 0, one per rank (as a real cluster trains); N, at
+    # most N, each taking several ranks' shares of the batch (centralized mode: the same math
+    # and simulated time, without P processes taking turns on a few cores)
+    workers_per_trial: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def trial_workers(self, network: int) -> int:
+        """The Dask workers a trial of ``network`` ranks holds (0 in local mode: none)."""
+        if self.mode == "local":
+            return 0
+        return min(network, self.workers_per_trial) if self.workers_per_trial else network
 
     def epochs_for(self, model: str) -> float:
         if isinstance(self.epochs, dict):
@@ -149,10 +159,23 @@ def cells_of(
     for name in ("overhead_ms", "overhead_per_rank_ms"):
         if getattr(settings, name) is not None:
             non_negative_float(name, getattr(settings, name), "milliseconds, 0 or more")
+    _check_workers_per_trial(settings, networks)
     if not settings.grid_name or "/" in settings.grid_name:
         raise ConfigError("grid_name", settings.grid_name, "a non-empty name without '/'")
     return [Cell(n, a, m) for n in sorted(set(networks)) for a in dict.fromkeys(algorithms)
              for m in dict.fromkeys(models)]
+
+
+def _check_workers_per_trial(settings: GridSettings, networks: list[int]) -> None:
+    workers = settings.workers_per_trial
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ConfigError("workers_per_trial", workers,
+                          "an integer >= 0 (0: one Dask worker per rank)")
+    if settings.mode == "decentralized" and 0 < workers < max(networks):
+        raise ConfigError("workers_per_trial", workers,
+                          f"0 or at least the largest network ({max(networks)}) with "
+                          "mode='decentralized', whose all-reduce needs a worker per rank",
+                          "Use mode='centralized' to run several ranks' shares on a worker.")
 
 
 def _check_lists(*, networks: list[int], algorithms: list[str], models: list[str]) -> None:

@@ -117,6 +117,7 @@ def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any],
     return {"algorithm": c.algorithm, "network": c.network, "model": c.model,
             "dataset": grid.dataset, "data_seed": grid.data_seed, "data_digest": ds.digest(),
             "seed": grid.seed, "mode": grid.mode, "device": grid.device,
+            "dask_workers": grid.trial_workers(c.network),
             "profile": grid.profile, "target_accuracy": grid.target_for(c.model),
             "epochs": grid.epochs_for(c.model), **{f"hp.{k}": v for k, v in params.items()}}
 
@@ -153,8 +154,7 @@ def _train(grid: GridSettings, c: Cell, ds: Dataset, *, number: int, trial_id: i
     heartbeat = Heartbeat(session.leases, lease_key or f"{study.study_name}#{number}",
                           session.key)
     try:
-        ranks = 0 if grid.mode == "local" else c.network  # local: no workers to hold
-        with heartbeat, worklog, session.pool.acquire(ranks) as gang:
+        with heartbeat, worklog, session.pool.acquire(grid.trial_workers(c.network)) as gang:
             # measured on rank 0's worker when ranks train on GPUs (here may have none)
             config = CalibrationKeeper(study).resolve(config, data, client=session.pool.client,
                                                       worker=next(iter(gang.addresses), None))

@@ -17,7 +17,8 @@ def test_flow_defaults_equal_the_grid_settings_defaults():
     assert {"trials", "epochs", "target_accuracy", "sampler", "pruner", "mode",
             "warm_start", "eval_resolution"} <= shared
     for name in shared - {"run_dir", "storage", "tracking_uri", "checkpoint_root",
-                          "max_cluster_lifetime", "data_root"}:
+                          "max_cluster_lifetime", "data_root",
+                          "workers_per_trial"}:
         assert getattr(settings, name) == flow[name], name
 
 

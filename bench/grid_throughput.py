@@ -1,0 +1,180 @@
+"""The real flow's time on a sub-grid against the engine alone training the same trials.
+
+The flow ``tune`` runs in this process under a temporary Prefect server (started before the
+clock), with its defaults apart from the grid (``--networks``, ``--algorithms``, both models,
+``--trials`` per cell) and its own ``cluster="local"``, whose start counts: that is what a user
+waits for. Then every trial it trained is replayed by the engine alone (``damptune.train`` in
+``local`` mode, one process) with the same hyperparameters, the study's compute calibration
+and, for a pruned trial, its value as the bound, so it stops where the trial stopped. The
+baseline is the replay's total divided by the cores: the machine's floor for this work.
+
+While the flow runs, the wall time spent in the pipeline's steps of a trial is summed over
+the trials (threads run concurrently, so the steps of two trials overlap): this is the
+per-trial breakdown. ``prefect + optuna ask/tell`` is a trial's Optuna duration less the time
+inside its task's body.
+
+Goal (issue 25): flow time <= 2x the baseline.
+Run: ``python bench/grid_throughput.py [--trials 8] [--networks 2,16]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import os
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+GOAL = 2.0
+_SPENT: collections.Counter[str] = collections.Counter()
+_LOCK = threading.Lock()
+
+# (label, module, attribute path) of the steps timed inside the flow
+STEPS = (
+    ("trial task body", "tasks.trial", "run_trial.fn"),
+    ("dataset load", "tasks.trial", "load_dataset"),
+    ("mlflow: open run", "tasks.trial", "MlflowTrialLogger.open"),
+    ("mlflow: per-record metrics", "tasks.trial", "MlflowTrialLogger.__call__"),
+    ("mlflow: finish (final metrics, plots queued)", "tasks.trial", "MlflowTrialLogger.finish"),
+    ("optuna: open study, bound", "tasks.trial", "open_study"),
+    ("optuna: report / should_prune", "tasks.trial", "PruningReporter.__call__"),
+    ("compute calibration", "tasks.trial", "CalibrationKeeper.resolve"),
+    ("engine train (ranks, segments, evals)", "tasks.trial", "train"),
+    ("optuna: tell + record", "tasks.cell", "StudyDriver.record"),
+    ("optuna: ask", "tasks.cell", "StudyDriver.next_batch"),
+)
+
+
+def _timed(label: str, fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with _LOCK:
+                _SPENT[label] += time.perf_counter() - t0
+    return wrapper
+
+
+def _instrument() -> None:
+    import importlib
+
+    for label, module, path in STEPS:
+        owner: Any = importlib.import_module(module)
+        *parents, name = path.split(".")
+        for parent in parents:
+            owner = getattr(owner, parent)
+        setattr(owner, name, _timed(label, getattr(owner, name)))
+
+
+def _run_flow(args: argparse.Namespace, run_dir: str) -> float:
+    from flows.tune import tune
+
+    t0 = time.perf_counter()
+    tune(grid_name="throughput", run_dir=run_dir, networks=args.networks,
+         algorithms=args.algorithms, models=["mlp", "cnn"], trials=args.trials)
+    return time.perf_counter() - t0
+
+
+def _trials(run_dir: str) -> list[tuple[Any, Any, dict[str, Any]]]:
+    """(cell, frozen trial, study calibration) of every finished trial of the grid."""
+    import optuna
+
+    from tasks.grid import Cell
+
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    out = []
+    for summary in optuna.get_all_study_summaries(storage):
+        _, net, algorithm, model = summary.study_name.split("/")
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        calibration = study.user_attrs.get("compute_calibration", {})
+        for t in study.get_trials(deepcopy=False):
+            if t.value is not None:
+                out.append((Cell(int(net[1:]), algorithm, model), t, calibration))
+    return out
+
+
+def _replay(trials: list[tuple[Any, Any, dict[str, Any]]]) -> float:
+    """Seconds the engine alone (local mode, one process) takes to train every trial."""
+    import optuna
+
+    from damptune import TrainData, train
+    from damptune.trainer import with_calibration
+    from models import load_dataset
+    from tasks.grid import GridSettings
+    from tasks.trial import trial_config
+
+    settings = GridSettings(mode="local")
+    ds = load_dataset("mnist1d", seed=0)
+    data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
+    total = 0.0
+    for cell, t, calibration in trials:
+        bound = t.value if t.state == optuna.trial.TrialState.PRUNED else None
+        config = with_calibration(trial_config(settings, cell, dict(t.params), ds, bound=bound),
+                                  calibration)
+        t0 = time.perf_counter()
+        train(config, data)
+        total += time.perf_counter() - t0
+    return total
+
+
+def _breakdown(trials: list[tuple[Any, Any, dict[str, Any]]]) -> None:
+    n = len(trials)
+    in_optuna = sum((t.datetime_complete - t.datetime_start).total_seconds()
+                    for _, t, _ in trials if t.datetime_complete)
+    rows = [(label, _SPENT[label]) for label, _, _ in STEPS]
+    rows.append(("prefect + optuna ask/tell around the body", in_optuna - _SPENT["trial task "
+                                                                               "body"]))
+    print(f"\nPer-trial breakdown ({n} trials; seconds of wall per trial, summed over threads; "
+          "nested steps are inside 'trial task body', 'engine train' includes the per-record "
+          "callbacks)")
+    print("| step | s per trial |")
+    print("|---|---|")
+    print(f"| trial, Optuna start to complete | {in_optuna / n:.3f} |")
+    for label, spent in rows:
+        print(f"| {label} | {spent / n:.3f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--networks", default="2,16")
+    parser.add_argument("--algorithms", default="geodamplr,geodamp,padadamp")
+    args = parser.parse_args(argv)
+    args.networks = [int(x) for x in args.networks.split(",")]
+    args.algorithms = args.algorithms.split(",")
+    from prefect.testing.utilities import prefect_test_harness
+
+    _instrument()
+    run_dir = os.path.join(tempfile.mkdtemp(prefix="damptune-throughput-"), "grid")
+    with prefect_test_harness(server_startup_timeout=120):
+        flow_seconds = _run_flow(args, run_dir)
+    trials = _trials(run_dir)
+    cores = os.cpu_count() or 1
+    engine = _replay(trials)
+    floor = engine / cores
+    ratio = flow_seconds / floor
+    print(f"\n{len(args.networks) * len(args.algorithms) * 2} cells, {len(trials)} trials "
+          f"(networks {args.networks}, algorithms {args.algorithms}, mlp and cnn); {cores} cores")
+    print("| run | seconds |")
+    print("|---|---|")
+    print(f"| the flow (tune, cluster='local', start included) | {flow_seconds:.1f} |")
+    print(f"| engine alone, local mode, the same trials | {engine:.1f} |")
+    print(f"| baseline: engine alone / {cores} cores | {floor:.1f} |")
+    print(f"\nflow / baseline: {ratio:.2f}x (goal <= {GOAL:g}x: "
+          f"{'met' if ratio <= GOAL else 'not met'})")
+    _breakdown(trials)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
