@@ -74,6 +74,9 @@ _TUNE_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--trial-attempts", "trial_attempts", int,
      "tries of a trial that faults of the cluster interrupt, each from its checkpoint"),
     ("--worker-wait", "worker_wait", float, "seconds a trial waits for the workers it needs"),
+    ("--validation-seeds", "validation_seeds", int,
+     "held-out training seeds each cell's best configuration is retrained on (0: none)"),
+    ("--sampler-seed", "sampler_seed", int, "seed of the search's sampler (default: --seed)"),
     ("--workers-per-trial", "workers_per_trial", int,
      "Dask workers a trial's ranks run on (0: one per rank; default: on --cluster local, the "
      "cores shared by the trials at once)"),
@@ -121,7 +124,8 @@ def _tune(args: argparse.Namespace) -> int:
     if not getattr(args, "no_progress", False):
         threading.Thread(target=_progress, daemon=True,
                          args=(settings.storage, settings.grid_name,
-                               len(cells) * settings.trials, stop)).start()
+                               len(cells) * (settings.trials + settings.validation_seeds),
+                               stop)).start()
     try:
         rows = tune(**{**given, "run_dir": settings.run_dir, "storage": settings.storage,
                        "tracking_uri": settings.tracking_uri})
@@ -204,6 +208,11 @@ def _num(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
+# the held-out seeds' statistics of a cell, added to its `report --json` object as validation_*
+VALIDATION_KEYS = ("mean", "ci", "n_seeds", "reached_seeds", "speedup", "speedup_low",
+                   "speedup_high", "tied_best", "rank")
+
+
 def _report(args: argparse.Namespace) -> int:
     from damptune import ConfigError
     from tasks.answer import RANK_COLUMNS
@@ -224,14 +233,22 @@ def _report(args: argparse.Namespace) -> int:
                           + (f"of grid {grid_name!r} " if grid_name else "")
                           + f"in {storage}); run `damptune tune` first or give --grid-name")
     root = args.checkpoint_root or meta.get("checkpoint_root") or ""
-    report = build_report(rows, run_dir=run_dir, checkpoint_root=root)
+    report = build_report(rows, run_dir=run_dir, checkpoint_root=root, storage=storage,
+                          grid_name=grid_name or str(rows[0].get("grid") or ""))
     out = os.path.abspath(args.out or os.path.join(run_dir, REPORT_DIR))
     written = write_report(report, out, title=f"Grid {grid_name or ''}".strip())
     if args.json:
+        answer = {(a["network"], a["model"], a["algorithm"]): a for a in report["answer"]}
         for row in report["ranking"]:
-            print(json.dumps({k: row.get(k) for k in RANK_COLUMNS}))
+            held_out = answer.get((row["network"], row["model"], row["algorithm"]), {})
+            print(json.dumps({**{k: row.get(k) for k in RANK_COLUMNS},
+                              **{f"validation_{k}": held_out.get(k) for k in VALIDATION_KEYS}}))
         print(f"report: {len(written)} files in {out}", file=sys.stderr)
         return 0
+    if report["answer"]:
+        from tasks.answer import answer_markdown
+
+        print("The answer (held-out seeds):\n" + answer_markdown(report["answer"]))
     _print_ranking(report["ranking"])
     _print_locations(meta, storage=storage, run_dir=run_dir, out=out)
     return 0

@@ -7,6 +7,7 @@ write the grid's summary.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import uuid
@@ -37,6 +38,7 @@ from tasks.publish import publish_report
 from tasks.report import GridIncomplete, check_run_dir, grid_rows, write_meta, write_summary
 from tasks.search import check_grid_data, storage_for, with_storage_retries
 from tasks.session import open_session
+from tasks.validation import validation_settings
 from tasks.warmstart import neighbours
 
 __all__ = ["tune", "resolve_locations", "grid_of", "flow_defaults"]
@@ -73,6 +75,7 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
     checkpoint_seconds: float = 30.0, checkpoint_every: int = 0,
     checkpoint_root: str | None = None, max_cluster_lifetime: str | None = None,
     trial_attempts: int = 3, worker_wait: float = 600.0, workers_per_trial: int | None = None,
+    validation_seeds: int = 5, sampler_seed: int | None = None,
 ) -> list[dict[str, Any]]:
     """Tune every cell's damping; one summary per cell, or ``GridIncomplete`` after it.
 
@@ -112,11 +115,18 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
         trial_attempts: tries of a trial that cluster faults interrupt, in one run (>= 1).
         worker_wait: seconds a trial waits for its workers before it is interrupted (> 0).
         workers_per_trial: Dask workers per trial (0: one per rank; None: README "Clusters").
+        validation_seeds: held-out training seeds each cell's best is retrained on (0 to 100).
+        sampler_seed: integer seed of the search's sampler (None: seed).
     """
-    settings, cells = _settings(dict(locals()))
+    return _tune(dict(locals()))
+
+
+def _tune(params: dict[str, Any]) -> list[dict[str, Any]]:
+    settings, cells = _settings(params)
     _prepare(settings, n_cells=len(cells))
-    failures = _run_grid(settings, cells, max_concurrent_trials=max_concurrent_trials,
-                         max_concurrent_cells=max_concurrent_cells, cluster=cluster)
+    failures = _run_grid(settings, cells, max_concurrent_trials=params["max_concurrent_trials"],
+                         max_concurrent_cells=params["max_concurrent_cells"],
+                         cluster=params["cluster"])
     return _summarize(settings, cells, failures)
 
 
@@ -150,7 +160,7 @@ def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
     timing). The failures, as text."""
     logger = get_run_logger()
     failures: list[str] = []
-    pending = list(cells)
+    pending = _stages(settings, cells)
     running: dict[Any, Cell] = {}
     finished: set[Cell] = set()
     runner: ThreadPoolTaskRunner[Any]
@@ -173,20 +183,35 @@ def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
     return failures
 
 
+def _stages(settings: GridSettings, cells: list[Cell]) -> list[Cell]:
+    """The search cells, then (with ``validation_seeds``) each one's validation cell."""
+    if not settings.validation_seeds:
+        return list(cells)
+    return list(cells) + [dataclasses.replace(c, stage="validation") for c in cells]
+
+
 def _ready(settings: GridSettings, cell: Cell, cells: list[Cell], finished: set[Cell]) -> bool:
+    """A validation cell waits for its search; a search cell, with warm start, for its
+    neighbours."""
+    if cell.stage == "validation":
+        return cell.searched in finished
     return not settings.warm_start or set(neighbours(cell, cells)) <= finished
 
 
 def _cell_parameters(settings: GridSettings, cell: Cell, cells: list[Cell], session_key: str,
                      max_concurrent_trials: int) -> dict[str, Any]:
-    seeds = neighbours(cell, cells) if settings.warm_start else []
-    return {"settings": settings.to_dict(), "cell_key": cell.key, "cell": _as_dict(cell),
+    search = cell.stage == "search"
+    seeds = neighbours(cell, cells) if settings.warm_start and search else []
+    return {"settings": settings.to_dict() if search else validation_settings(
+                settings.to_dict()),
+            "cell_key": cell.key, "cell": _as_dict(cell),
             "session_key": session_key, "max_concurrent_trials": max_concurrent_trials,
             "seed_cells": [_as_dict(c) for c in seeds]}
 
 
 def _as_dict(cell: Cell) -> dict[str, Any]:
-    return {"network": cell.network, "algorithm": cell.algorithm, "model": cell.model}
+    return {"network": cell.network, "algorithm": cell.algorithm, "model": cell.model,
+            "stage": cell.stage}
 
 
 def flow_defaults() -> dict[str, Any]:
@@ -220,7 +245,8 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
         checkpoint_every=int(params["checkpoint_every"]),
         checkpoint_root=params["checkpoint_root"] or "",
         max_cluster_lifetime=lifetime or 0.0, trial_attempts=params["trial_attempts"],
-        worker_wait=params["worker_wait"],
+        worker_wait=params["worker_wait"], validation_seeds=params["validation_seeds"],
+        sampler_seed=params["sampler_seed"],
     )
     positive_int("max_concurrent_cells", params["max_concurrent_cells"])
     positive_int("max_concurrent_trials", params["max_concurrent_trials"])
@@ -299,8 +325,9 @@ def _summarize(settings: GridSettings, cells: list[Cell],
                                  key=f"summary-{settings.grid_name}".lower().replace("_", "-"))
     # the ranking and figures: files, MLflow, Prefect artifacts (a failure is only a warning)
     publish_report(settings, rows, client=client, summary_run_id=summary_run)
-    if failures or any(r["n_failed"] or r["n_interrupted"] for r in rows):
-        incomplete = GridIncomplete(rows, failures)
+    validated = grid_rows(settings.storage, grid_name=settings.grid_name, stage="validation")
+    if failures or any(r["n_failed"] or r["n_interrupted"] for r in rows + validated):
+        incomplete = GridIncomplete(rows + validated, failures)
         logger.error("%s%s", incomplete, f"; stop requested: {interrupt.requested()}"
                      if interrupt.requested() else "")
         raise incomplete

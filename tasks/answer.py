@@ -14,14 +14,16 @@ from typing import Any
 from damptune import TrainConfig
 from damptune.netmodel import PROFILES, Network, time_to_target
 
-__all__ = ["BASELINE", "RANK_COLUMNS", "progress_to_target", "eval_curve", "rank_cells",
-           "replay_on_profiles", "ranking_markdown", "profiles_markdown", "n_params_of"]
+__all__ = ["BASELINE", "RANK_COLUMNS", "answer_markdown", "progress_to_target", "eval_curve",
+           "rank_cells", "replay_on_profiles", "ranking_markdown", "profiles_markdown",
+           "n_params_of"]
 
 BASELINE = "geodamplr"  # plain SGD with a step learning-rate decay: the AdaDamp paper's baseline
 RANK_COLUMNS = ("grid", "network", "model", "rank", "algorithm", "best_value",
                 "speedup_vs_geodamplr", "reached", "updates_to_target", "epochs_to_target",
                 "examples_to_target", "best_trial", "best_params", "target_accuracy", "profile",
-                "n_complete", "n_pruned", "n_failed", "n_interrupted", "study", "history")
+                "n_complete", "n_pruned", "n_failed", "n_interrupted", "study", "history",
+                "shared_from")
 
 
 def progress_to_target(history: list[dict[str, Any]], *, target: float) -> dict[str, Any]:
@@ -159,3 +161,44 @@ def profiles_markdown(rows: list[dict[str, Any]]) -> str:
                  for n in names]
         lines.append(f"| {network} | {model} | {algorithm} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _interval(low: float | None, mid: float | None, high: float | None) -> str:
+    if mid is None:
+        return "–"
+    return f"{mid:.2f}× [{low:.2f}, {high:.2f}]" if low is not None else f"{mid:.2f}×"
+
+
+def answer_markdown(rows: list[dict[str, Any]]) -> str:
+    """The answer per (network, model): each algorithm's mean simulated time over the held-out
+    seeds (95 % CI), its paired speedup over the baseline, and the tied-best set, with a
+    sentence saying which algorithms the data cannot tell apart."""
+    parts: list[str] = []
+    pair = None
+    heads = ("rank", "algorithm", "mean s ± 95 % CI", "seeds (reached)",
+             f"speedup vs {BASELINE} [95 % CI]", "tied best", "configuration")
+    for row in rows:
+        if (row["network"], row["model"]) != pair:
+            pair = (row["network"], row["model"])
+            parts += [f"\n### {row['model']} on {row['network']} ranks\n", _verdict(
+                [r for r in rows if (r["network"], r["model"]) == pair]) + "\n",
+                "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+        ci = "" if row["ci"] is None else f" ± {row['ci']:.3g}"
+        parts.append("| " + " | ".join((
+            str(row["rank"]), row["algorithm"], f"{row['mean']:.4g}{ci}",
+            f"{row['n_seeds']} ({row['reached_seeds']})",
+            _interval(row["speedup_low"], row["speedup"], row["speedup_high"]),
+            "yes" if row["tied_best"] else "no", _cell(row["params"]))) + " |")
+    return "\n".join(parts).lstrip("\n") + "\n"
+
+
+def _verdict(rows: list[dict[str, Any]]) -> str:
+    tied = [r["algorithm"] for r in rows if r["tied_best"]]
+    if len(tied) == 1:
+        return f"**{tied[0]}** is the fastest: every other algorithm is significantly slower."
+    more = rows[0].get("resolve_seeds")
+    hint = (f" About {more} held-out seeds would tell the two best apart at this spread."
+            if more else " More trials per cell (a better best configuration) or more seeds "
+            "may tell them apart.")
+    return (f"**Indistinguishable** at 95 %: {', '.join(tied)} (the tied-best set; "
+            f"{tied[0]} has the least mean).{hint}")

@@ -34,6 +34,7 @@ from tasks.search import (
 )
 from tasks.session import Session, session_for
 from tasks.trial import run_trial
+from tasks.validation import seed_validation, validation_due
 from tasks.warmstart import seed_study, seeds_of
 
 __all__ = ["run_cell", "summarize"]
@@ -91,6 +92,8 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
     submit = {"settings": settings, "cell_key": c.key, "cell": cell, "session_key": session.key,
               "experiment_id": exp_id, "parent_run_id": parent}
     retries = Retries(c.key, attempts=grid.trial_attempts, backoff=grid.retry_backoff)
+    if c.stage == "validation" and not validation_due(study):  # its search has no best yet
+        return _finish(session, study, c, exp_id, parent, interrupted=False)
     runner: ThreadPoolTaskRunner[Any]
     with ThreadPoolTaskRunner(max_workers=max_concurrent_trials) as runner:
         while True:
@@ -117,7 +120,9 @@ def _open_study(grid: GridSettings, c: Cell, seed_cells: list[dict[str, Any]]) -
     n_train = len(load_dataset(grid.dataset, seed=grid.data_seed,
                                root=grid.data_root or None).y_train)
     study = with_storage_retries(lambda: open_study(grid, c, n_train=n_train))
-    if grid.warm_start and seed_cells:
+    if c.stage == "validation":
+        with_storage_retries(lambda: seed_validation(study, grid, c))
+    elif grid.warm_start and seed_cells:
         with_storage_retries(lambda: _warm_start(grid, c, study, seed_cells))
     return study
 
@@ -145,7 +150,8 @@ def _run_batch(runner: ThreadPoolTaskRunner[Any], driver: StudyDriver, batch: li
     unreachable) stops the cell with that store's error."""
     futures = [(t, runner.submit(run_trial, {
         **submit, "number": t.number, "trial_id": t.trial_id, "params": t.params,
-        "lease_key": driver.lease_key(t.number), "seeded_from": t.seeded_from}))
+        "lease_key": driver.lease_key(t.number), "seeded_from": t.seeded_from,
+        "train_seed": t.train_seed}))
         for t in batch]
     results = [_result_of(ticket, future) for ticket, future in futures]
     for result in results:

@@ -26,6 +26,7 @@ from tasks.search import (
     sampler_for,
     with_storage_retries,
 )
+from tasks.validation import TRAIN_SEED
 from tasks.warmstart import SEEDED_FROM
 
 __all__ = ["StudyDriver", "Ticket", "trial_handle"]
@@ -42,6 +43,13 @@ class Ticket:
     trial_id: int
     params: dict[str, Any]
     seeded_from: str = ""  # a warm-start trial: the cell and trial it came from
+    train_seed: int | None = None  # a validation trial: its held-out training seed
+
+
+def _ticket(t: optuna.trial.FrozenTrial) -> Ticket:
+    seed = t.user_attrs.get(TRAIN_SEED)
+    return Ticket(t.number, t._trial_id, dict(t.params), str(t.user_attrs.get(SEEDED_FROM, "")),
+                  None if seed is None else int(seed))
 
 
 def trial_handle(study: optuna.Study, trial_id: int) -> optuna.Trial:
@@ -74,8 +82,7 @@ class StudyDriver:
                 continue
             if self._finished_meanwhile(t):
                 continue
-            tickets.append(Ticket(t.number, t._trial_id, dict(t.params),
-                                  str(t.user_attrs.get(SEEDED_FROM, ""))))
+            tickets.append(_ticket(t))
         return tickets
 
     def _finished_meanwhile(self, t: optuna.trial.FrozenTrial) -> bool:
@@ -104,9 +111,12 @@ class StudyDriver:
                                              self.study.study_name, len(self.space))
             t = with_storage_retries(lambda: self.study.ask(self.space))
             if self.leases.acquire(self.lease_key(t.number), self.owner):
-                tickets.append(Ticket(t.number, t._trial_id, dict(t.params),
-                                      str(t.user_attrs.get(SEEDED_FROM, ""))))
+                tickets.append(_ticket(self._frozen(t)))
         return tickets
+
+    def _frozen(self, t: optuna.Trial) -> optuna.trial.FrozenTrial:
+        """The asked trial as stored (an enqueued one carries its user attributes)."""
+        return with_storage_retries(lambda: self.study._storage.get_trial(t._trial_id))
 
     def _handle(self, number: int) -> optuna.Trial:
         """The study's trial ``number`` to write to (one query, not the study's every trial)."""

@@ -105,6 +105,7 @@ def time_vs_network(report: dict[str, Any]) -> Any:
             style = _style(algorithm, algorithms)
             ax.plot([c["network"] for c in cells], [c["best_value"] for c in cells],
                     markersize=6, alpha=0.9, label=algorithm, **style)
+            _held_out(ax, report, model, algorithm, style["color"])
             missed = [c for c in cells if c.get("reached") is False]
             ax.scatter([c["network"] for c in missed], [c["best_value"] for c in missed],
                        marker="X", s=130, color=style["color"], edgecolors="black", zorder=3,
@@ -121,8 +122,21 @@ def time_vs_network(report: dict[str, Any]) -> Any:
     if any(r.get("reached") is False for r in report["ranking"]):
         handles.append(Line2D([], [], color="grey", marker="X", markeredgecolor="black",
                               linestyle="", markersize=9, label="best trial missed the target"))
+    if report.get("answer"):
+        handles.append(Line2D([], [], color="grey", marker="o", markerfacecolor="white",
+                              label="mean over held-out seeds, 95 % CI"))
     fig.suptitle("Least simulated time to the target accuracy, per network size")
     return _finish(fig, handles)
+
+
+def _held_out(ax: Any, report: dict[str, Any], model: str, algorithm: str, color: Any) -> None:
+    """The cell's mean over the held-out seeds with its 95 % interval, as an error bar."""
+    rows = sorted((r for r in report.get("answer", []) if r["model"] == model
+                   and r["algorithm"] == algorithm), key=lambda r: r["network"])
+    if rows:
+        ax.errorbar([r["network"] for r in rows], [r["mean"] for r in rows],
+                    yerr=[r["ci"] or 0.0 for r in rows], fmt="o", color=color,
+                    markerfacecolor="white", capsize=4, linestyle="none", zorder=4)
 
 
 def _largest(report: dict[str, Any], model: str) -> int | None:

@@ -18,8 +18,8 @@ from damptune.validate import (
 )
 from models import DATASETS, MODELS, check_dataset
 
-__all__ = ["Cell", "GridSettings", "cells_of", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS",
-           "DEFAULT_EPOCHS",
+__all__ = ["Cell", "GridSettings", "cells_of", "shared_across_networks", "share_rows",
+           "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS", "DEFAULT_EPOCHS",
            "PRUNERS", "GRID_DEVICES"]
 
 ALGORITHMS = ("geodamplr", "cntsdamplr", "geodamp", "padadamp", "adadamp", "radadamp")
@@ -50,10 +50,19 @@ class Cell:
     network: int
     algorithm: str
     model: str
+    # "search": the cell's Optuna search; "validation": its best configuration retrained on
+    # the grid's held-out training seeds (tasks.validation), a study of its own
+    stage: str = "search"
 
     @property
     def key(self) -> str:
-        return f"n{self.network}/{self.algorithm}/{self.model}"
+        base = f"n{self.network}/{self.algorithm}/{self.model}"
+        return base if self.stage == "search" else f"{base}/{self.stage}"
+
+    @property
+    def searched(self) -> Cell:
+        """The search cell of this cell (itself, for a search cell)."""
+        return Cell(self.network, self.algorithm, self.model)
 
 
 @dataclass
@@ -106,6 +115,10 @@ class GridSettings:
     # most N, each taking several ranks' shares of the batch (centralized mode: the same math
     # and simulated time, without P processes taking turns on a few cores)
     workers_per_trial: int = 0
+    # held-out training seeds on which each cell's best configuration is retrained after its
+    # search (the answer is their mean, with a CI); the same seeds for every cell (0: none)
+    validation_seeds: int = 5
+    sampler_seed: int | None = None  # of the search's sampler (None: seed)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -139,6 +152,13 @@ def cells_of(
     positive_int("trials", settings.trials, "a positive integer (trials per cell)")
     seed_int("seed", settings.seed)
     seed_int("data_seed", settings.data_seed)
+    if settings.sampler_seed is not None:
+        seed_int("sampler_seed", settings.sampler_seed)
+    if (isinstance(settings.validation_seeds, bool) or not isinstance(settings.validation_seeds,
+                                                                       int)
+            or not 0 <= settings.validation_seeds <= 100):
+        raise ConfigError("validation_seeds", settings.validation_seeds,
+                          "an integer from 0 (no validation) to 100")
     _per_model("target_accuracy", settings.target_accuracy, models,
                lambda name, v: number_in(name, v, 0, 1, "an accuracy in (0, 1]"))
     _per_model("epochs", settings.epochs, models,
@@ -162,8 +182,22 @@ def cells_of(
     _check_workers_per_trial(settings, networks)
     if not settings.grid_name or "/" in settings.grid_name:
         raise ConfigError("grid_name", settings.grid_name, "a non-empty name without '/'")
+    smallest = min(networks)
     return [Cell(n, a, m) for n in sorted(set(networks)) for a in dict.fromkeys(algorithms)
-             for m in dict.fromkeys(models)]
+            for m in dict.fromkeys(models)
+            if n == smallest or not shared_across_networks(a, settings)]
+
+
+def shared_across_networks(algorithm: str, settings: GridSettings) -> bool:
+    """Whether ``algorithm`` trains the same at every network size: its batch never grows
+    (``sgd``, and the learning-rate decays ``geodamplr``, ``cntsdamplr``) and B0 fits on one
+    rank, so it trains on one rank whatever the cap. Such an algorithm is searched once per
+    model, at the grid's smallest network, with the same trial budget as any cell, and the
+    report shows that result at every size (a search per size gave the baseline several
+    times the trials of the algorithms it is compared with)."""
+    damper = DAMPERS[algorithm]
+    never_grows = bool(getattr(damper, "lr_only", False)) or algorithm == "sgd"
+    return never_grows and settings.initial_batch <= settings.per_worker_batch
 
 
 def _check_workers_per_trial(settings: GridSettings, networks: list[int]) -> None:
@@ -221,3 +255,21 @@ def _per_model(name: str, value: Any, models: list[str],
         raise ConfigError(name, value, f"one value for every model (missing {missing})")
     for v in value.values():
         check(name, v)
+
+
+def share_rows(rows: list[dict[str, Any]], settings: GridSettings | None = None
+               ) -> list[dict[str, Any]]:
+    """``rows`` (one per cell: ``network``, ``algorithm``, ``model``) with each algorithm that
+    is searched once (:func:`shared_across_networks`) copied to every other network size of
+    the rows, marked ``shared_from`` (the cell it comes from)."""
+    settings = settings or GridSettings()
+    networks = sorted({int(r["network"]) for r in rows})
+    out = list(rows)
+    for r in rows:
+        if not shared_across_networks(r["algorithm"], settings) or r["network"] != networks[0]:
+            continue
+        have = {(x["network"], x["model"]) for x in rows if x["algorithm"] == r["algorithm"]}
+        out += [{**r, "network": n, "searched_network": r["network"],
+                 "shared_from": f"n{r['network']}/{r['algorithm']}/{r['model']}"}
+                for n in networks[1:] if (n, r["model"]) not in have]
+    return out

@@ -52,7 +52,8 @@ def publish_report(settings: GridSettings, rows: list[dict[str, Any]], *,
     out = os.path.join(settings.run_dir, REPORT_DIR)
     try:
         report = build_report(rows, run_dir=settings.run_dir,
-                              checkpoint_root=settings.checkpoint_root)
+                              checkpoint_root=settings.checkpoint_root,
+                              storage=settings.storage, grid_name=settings.grid_name)
         written = write_report(report, out, title=f"Grid {settings.grid_name}",
                                errors=figure_errors)
     except Exception as exc:  # noqa: BLE001 - the results are in Optuna; the report can wait

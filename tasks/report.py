@@ -13,7 +13,9 @@ import optuna
 from damptune import ConfigError, DamptuneError
 from damptune.checkpoint import load_checkpoint
 from tasks.answer import (
+    BASELINE,
     RANK_COLUMNS,
+    answer_markdown,
     eval_curve,
     profiles_markdown,
     progress_to_target,
@@ -23,9 +25,11 @@ from tasks.answer import (
 )
 from tasks.cell import summarize
 from tasks.figures import draw_figures
-from tasks.grid import Cell, GridSettings
+from tasks.grid import Cell, GridSettings, share_rows
 from tasks.search import storage_for
+from tasks.stats import ANSWER_COLUMNS, answer_rows
 from tasks.trial import checkpoint_path
+from tasks.validation import validation_rows
 
 __all__ = ["grid_rows", "write_summary", "COLUMNS", "read_meta", "write_meta", "GridIncomplete",
            "build_report", "write_report", "REPORT_DIR", "PROFILE_COLUMNS"]
@@ -60,7 +64,8 @@ class GridIncomplete(RuntimeError):
         return 1 if self.n_failed or self.failures else 75
 
 
-def grid_rows(storage: str, *, grid_name: str | None = None) -> list[dict[str, Any]]:
+def grid_rows(storage: str, *, grid_name: str | None = None,
+              stage: str = "search") -> list[dict[str, Any]]:
     """One row per cell study found in ``storage`` (optionally only one grid's): the cell's
     summary (:func:`tasks.cell.summarize`) with its study's ``grid``, ``target_accuracy`` and
     ``profile``."""
@@ -70,8 +75,11 @@ def grid_rows(storage: str, *, grid_name: str | None = None) -> list[dict[str, A
         attrs = s.user_attrs
         if "algorithm" not in attrs or (grid_name and attrs.get("grid") != grid_name):
             continue
+        if attrs.get("stage", "search") != stage:  # search cells, or validation cells
+            continue
         study = optuna.load_study(study_name=s.study_name, storage=store)
-        cell = Cell(int(attrs["network"]), str(attrs["algorithm"]), str(attrs["model"]))
+        cell = Cell(int(attrs["network"]), str(attrs["algorithm"]), str(attrs["model"]),
+                    stage=stage)
         rows.append({**summarize(study, cell), "grid": attrs.get("grid"),
                      "target_accuracy": attrs.get("target_accuracy"),
                      "profile": attrs.get("profile")})
@@ -140,7 +148,8 @@ def _evidence(row: dict[str, Any], *, run_dir: str,
     if row["best_trial"] is None:
         return {**progress_to_target([], target=1.0), "reached": None,
                 "history": "no COMPLETE trial"}, None
-    cell = Cell(int(row["network"]), str(row["algorithm"]), str(row["model"]))
+    cell = Cell(int(row.get("searched_network", row["network"])), str(row["algorithm"]),
+                str(row["model"]))  # a shared cell's checkpoints are its search's
     grid = GridSettings(grid_name=str(row.get("grid") or ""), run_dir=run_dir,
                         checkpoint_root=checkpoint_root)
     path = checkpoint_path(grid, cell, int(row["best_trial"]))
@@ -156,8 +165,8 @@ def _evidence(row: dict[str, Any], *, run_dir: str,
     return {**progress, "history": "ok"}, ckpt
 
 
-def build_report(rows: list[dict[str, Any]], *, run_dir: str,
-                 checkpoint_root: str = "") -> dict[str, Any]:
+def build_report(rows: list[dict[str, Any]], *, run_dir: str, checkpoint_root: str = "",
+                 storage: str = "", grid_name: str = "") -> dict[str, Any]:
     """The report of a grid's summary rows (:func:`grid_rows`): ``ranking`` (one row per cell,
     ranked within its (network, model) pair), ``curves`` (each best trial's evaluations) and
     ``profiles`` (each best trial's time to the target replayed on every named profile).
@@ -165,7 +174,7 @@ def build_report(rows: list[dict[str, Any]], *, run_dir: str,
     Checkpoints are read from ``checkpoint_root`` (default ``run_dir``), where the trials
     wrote them; a missing or unreadable one makes its row say "history unavailable"."""
     cells, curves, profiles = [], [], []
-    for row in rows:
+    for row in share_rows(rows):
         evidence, ckpt = _evidence(row, run_dir=run_dir, checkpoint_root=checkpoint_root)
         cells.append({**row, **evidence})
         if ckpt is None:
@@ -178,7 +187,35 @@ def build_report(rows: list[dict[str, Any]], *, run_dir: str,
             cells[-1]["history"] = f"ok; replay on the profiles unavailable: {exc}"
             continue
         profiles += [{**key, **r} for r in replay]
-    return {"ranking": rank_cells(cells), "curves": curves, "profiles": profiles}
+    answer = (answer_rows(share_rows(validation_rows(storage, grid_name=grid_name)),
+                          baseline=BASELINE) if storage and grid_name else [])
+    return {"ranking": rank_cells(cells), "curves": curves, "profiles": profiles,
+            "answer": answer}
+
+
+def _budget(ranking: list[dict[str, Any]]) -> str:
+    """The search budget each algorithm had: its cells and their finished trials."""
+    searched: dict[str, list[int]] = {}
+    for r in ranking:
+        if not r.get("shared_from"):
+            searched.setdefault(r["algorithm"], []).append(
+                int(r["n_complete"]) + int(r["n_pruned"]) + int(r["n_failed"]))
+    lines = ["| algorithm | cells searched | finished trials per cell (min–max) |",
+             "|---|---|---|"]
+    lines += [f"| {a} | {len(n)} | {min(n)}–{max(n)} |" for a, n in sorted(searched.items())]
+    shared = sorted({r["algorithm"] for r in ranking if r.get("shared_from")})
+    note = (f"\n{', '.join(shared)} never grow the batch: searched once per model, at the "
+            "smallest network, and shown at every size (`shared_from`).\n" if shared else "")
+    return "Search budget per algorithm:\n\n" + "\n".join(lines) + "\n" + note + "\n"
+
+
+def _answer_section(report: dict[str, Any]) -> str:
+    if not report.get("answer"):
+        return ""
+    return ("## The answer: each cell's best configuration on the held-out seeds\n\n"
+            "Mean simulated seconds to the target over the same held-out training seeds for "
+            "every algorithm; speedups are paired by seed (geometric mean, 95 % CI).\n\n"
+            + answer_markdown(report["answer"]) + "\n")
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -216,7 +253,11 @@ def write_report(report: dict[str, Any], out_dir: str, *, title: str = "",
         "report.csv": _csv_text(ranking, RANK_COLUMNS),
         "profiles.csv": _csv_text(report["profiles"], PROFILE_COLUMNS),
         "profiles.md": profiles_markdown(report["profiles"]) if report["profiles"] else "",
-        "report.md": (f"# {title or 'Grid report'}\n\n" + ranking_markdown(ranking)
+        "answer.json": json.dumps([{c: r.get(c) for c in ANSWER_COLUMNS}
+                                   for r in report.get("answer", [])], indent=1) + "\n",
+        "report.md": (f"# {title or 'Grid report'}\n\n" + _answer_section(report)
+                      + "## The search: best trial per cell\n\n" + _budget(ranking)
+                      + ranking_markdown(ranking)
                       + "\n## Replayed on every network profile (simulated s to target)\n\n"
                       + (profiles_markdown(report["profiles"]) if report["profiles"]
                          else "no history available\n") + "\n## Figures\n\n"

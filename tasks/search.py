@@ -89,7 +89,8 @@ def sampler_for(settings: GridSettings, number: int = 0, study: str = "",
     ``GP_MAX_DIMENSIONS``-dimensional space or smaller, TPE above (``bench/search_efficiency.py
     --samplers auto,tpe,gp`` compares them). Its first ``startup_trials`` trials (warm-start seeds
     count) are random; the rest are chosen by the model."""
-    seed = trial_seed(settings.seed, number, study)
+    seed = trial_seed(settings.seed if settings.sampler_seed is None else settings.sampler_seed,
+                      number, study)
     kind = sampler_kind(settings.sampler, dimensions)
     if kind == "gp":
         return NoRepeatSampler(optuna.samplers.GPSampler(
@@ -173,8 +174,8 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
     _check_same_data(study.study_name, study.user_attrs, settings)
     for key, value in {"grid": settings.grid_name, "network": cell.network,
                        "algorithm": cell.algorithm, "model": cell.model,
-                       "dataset": settings.dataset, "data_seed": settings.data_seed,
-                       "profile": settings.profile,
+                       "stage": cell.stage, "dataset": settings.dataset,
+                       "data_seed": settings.data_seed, "profile": settings.profile,
                        "target_accuracy": settings.target_for(cell.model)}.items():
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)

@@ -48,6 +48,7 @@ __all__ = [
 
 T = TypeVar("T")
 CELL_TAG, TRIAL_TAG, GRID_TAG = "damptune.cell", "damptune.trial_number", "damptune.grid"
+STAGE_TAG = "damptune.stage"  # search or validation (tasks.validation)
 _SECRET = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
 
 
@@ -141,10 +142,17 @@ def parent_run(client: MlflowClient, exp_id: str, *, cell_key: str, params: dict
     if found:
         return found
     run = client.create_run(exp_id, run_name=cell_key,
-                            tags={CELL_TAG: cell_key, "damptune.kind": "cell"})
+                            tags={CELL_TAG: cell_key, "damptune.kind": "cell",
+                                  STAGE_TAG: stage_of(cell_key)})
     client.log_batch(run.info.run_id, params=[Param(k, redact(str(v))[:6000])
                                               for k, v in params.items()])
     return run.info.run_id
+
+
+def stage_of(cell_key: str) -> str:
+    """``validation`` for a validation cell's key (``n4/geodamp/mlp/validation``), else
+    ``search``: the runs' tag ``damptune.stage``."""
+    return "validation" if cell_key.endswith("/validation") else "search"
 
 
 def find_trial_run(client: MlflowClient, exp_id: str, *, cell_key: str, number: int) -> str | None:
@@ -162,7 +170,7 @@ def child_run(
         return found
     run = client.create_run(exp_id, run_name=f"{cell_key}/trial-{number}", tags={
         "mlflow.parentRunId": parent_id, CELL_TAG: cell_key, TRIAL_TAG: str(number),
-        "damptune.kind": "trial",
+        "damptune.kind": "trial", STAGE_TAG: stage_of(cell_key),
     })
     client.log_batch(run.info.run_id, params=[Param(k, redact(str(v))[:6000])
                                               for k, v in params.items()])

@@ -42,10 +42,12 @@ OUTAGES = (StorageUnavailable, tracking.TrackingUnavailable)
 
 
 def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
-                 dataset: Any, *, bound: float | None = None) -> TrainConfig:
+                 dataset: Any, *, bound: float | None = None,
+                 seed: int | None = None) -> TrainConfig:
     """The engine configuration of one trial. It stops at the model's target accuracy, and
     once it has spent ``bound`` simulated seconds (the cell's best value so far: a trial
-    slower than that can never win)."""
+    slower than that can never win). ``seed``: its training seed (default the grid's; a
+    validation trial's held-out seed)."""
     cap = cap_for(cell.network, settings.per_worker_batch)
     damper_kwargs = {"initial": settings.initial_batch}
     damper_kwargs.update({k: v for k, v in params.items() if k != "lr"})
@@ -59,7 +61,7 @@ def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
         damper_kwargs=damper_kwargs, max_batch_size=cap,
         per_worker_batch=settings.per_worker_batch, min_workers=1, max_workers=cell.network,
         max_epochs=settings.epochs_for(cell.model), eval_every=settings.eval_every,
-        seed=settings.seed,
+        seed=settings.seed if seed is None else seed,
         eval_resolution=settings.eval_resolution, eval_dense_margin=settings.eval_dense_margin,
         target_accuracy=settings.target_for(cell.model), max_time_sim=bound,
         mode=settings.mode, device=settings.device, profile=settings.profile,
@@ -88,6 +90,7 @@ def run_trial(
     parent_run_id: str,
     lease_key: str = "",
     seeded_from: str = "",
+    train_seed: int | None = None,
 ) -> TrialResult:
     """Train trial ``number`` of the cell (continuing its checkpoint if there is one).
 
@@ -104,19 +107,21 @@ def run_trial(
     ds = load_dataset(grid.dataset, seed=grid.data_seed, root=grid.data_root or None)
     try:
         logger.open(experiment_id, parent_run_id=parent_run_id, cell_key=cell_key,
-                    number=number, params=_run_params(grid, c, params, ds),
+                    number=number, params=_run_params(grid, c, params, ds, train_seed),
                     seeded_from=seeded_from)
         return _train(grid, c, ds, number=number, trial_id=trial_id, params=params,
-                      session=session, logger=logger, lease_key=lease_key)
+                      session=session, logger=logger, lease_key=lease_key,
+                      train_seed=train_seed)
     except OUTAGES as exc:
         return TrialResult(number, TrialState.INTERRUPTED, params, reason=str(exc), outage=exc)
 
 
-def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any],
-                ds: Dataset) -> dict[str, Any]:
+def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any], ds: Dataset,
+                train_seed: int | None) -> dict[str, Any]:
     return {"algorithm": c.algorithm, "network": c.network, "model": c.model,
             "dataset": grid.dataset, "data_seed": grid.data_seed, "data_digest": ds.digest(),
-            "seed": grid.seed, "mode": grid.mode, "device": grid.device,
+            "seed": grid.seed if train_seed is None else train_seed, "stage": c.stage,
+            "mode": grid.mode, "device": grid.device,
             "dask_workers": grid.trial_workers(c.network),
             "profile": grid.profile, "target_accuracy": grid.target_for(c.model),
             "epochs": grid.epochs_for(c.model), **{f"hp.{k}": v for k, v in params.items()}}
@@ -140,12 +145,12 @@ def trial_callbacks(*, worklog: WorkLog, logger: MlflowTrialLogger,
 
 def _train(grid: GridSettings, c: Cell, ds: Dataset, *, number: int, trial_id: int,
            params: dict[str, Any], session: Session, logger: MlflowTrialLogger,
-           lease_key: str) -> TrialResult:
+           lease_key: str, train_seed: int | None) -> TrialResult:
     """Compose the callbacks, train on the cell's ranks, and say how the trial ended."""
     data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
     study = open_study(grid, c, n_train=len(ds.y_train))
     bound = best_value(study) if grid.pruner != "none" else None
-    config = trial_config(grid, c, params, ds, bound=bound)
+    config = trial_config(grid, c, params, ds, bound=bound, seed=train_seed)
     worklog = WorkLog(grid.run_dir, c.key, number)
     target = grid.target_for(c.model)
     pruner = PruningReporter(trial_handle(study, trial_id), target=target,

@@ -101,12 +101,19 @@ def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path):
                      "max_results": 100}).get("runs", [])
         tags = {r["info"]["run_id"]: {t["key"]: t["value"] for t in r["data"].get("tags", [])}
                 for r in runs}
-        parents = [rid for rid, t in tags.items()
-                   if "damptune.cell" in t and "mlflow.parentRunId" not in t]
-        assert len(parents) == 1, tags
-        assert f"n{NETWORK}/{ALGORITHM}/{MODEL}" in tags[parents[0]]["damptune.cell"]
-        children = [rid for rid, t in tags.items() if t.get("mlflow.parentRunId") == parents[0]]
+        parents = {t.get("damptune.stage"): rid for rid, t in tags.items()
+                   if "damptune.cell" in t and "mlflow.parentRunId" not in t}
+        assert sorted(parents) == ["search", "validation"], tags
+        assert tags[parents["search"]]["damptune.cell"] == f"n{NETWORK}/{ALGORITHM}/{MODEL}"
+        children = [rid for rid, t in tags.items()
+                    if t.get("mlflow.parentRunId") == parents["search"]]
         assert len(children) == 2, tags
+        # the validation stage: the best configuration on the smoke deployment's 2 held-out
+        # seeds, a parent run and a child per seed, tagged damptune.stage=validation
+        held_out = [t for t in tags.values()
+                    if t.get("mlflow.parentRunId") == parents["validation"]]
+        assert len(held_out) == 2 and all(t["damptune.stage"] == "validation"
+                                          for t in held_out), tags
 
         # the MLflow UI page of the experiment, as a user sees it
         if not CHROMIUM.exists():

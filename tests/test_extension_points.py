@@ -66,7 +66,7 @@ def test_a_trial_callback_added_to_the_list_sees_every_record(tmp_path, monkeypa
     run_dir = str(tmp_path / "cb")
     tune(networks=[2], algorithms=["geodamp"], models=["mlp"], epochs=2, trials=1,
          target_accuracy=0.99, pruner="none", grid_name="cb", run_dir=run_dir,
-         cluster="local")
+         cluster="local", validation_seeds=0)
     study = optuna.load_study(study_name="cb/n2/geodamp/mlp",
                               storage=f"sqlite:///{run_dir}/optuna.db")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE]

@@ -118,7 +118,8 @@ def test_sigkill_of_the_flow_process_then_rerun(tmp_path, clean):
     run_dir = tmp_path / "k"
     args = [sys.executable, "-m", "damptune", "tune", "--networks", "2", "--algorithms",
             "geodamp,padadamp", "--models", "mlp", "--trials", "3", "--epochs", "3",
-            "--target", "0.45", "--grid-name", "g", "--run-dir", str(run_dir),
+            "--target", "0.45", "--validation-seeds", "1", "--grid-name", "g",
+            "--run-dir", str(run_dir),
             "--checkpoint-seconds", "3600", "--checkpoint-every", str(EVERY), "--no-progress"]
     env = {**os.environ, "DAMPTUNE_LEASE_TTL": "4", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,

@@ -14,7 +14,7 @@ from tasks.trial import trial_config
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 SMALL = dict(networks=[4], models=["mlp"], epochs=4, target_accuracy=0.5, mode="local",
-             cluster="local", warm_start=False)
+             cluster="local", warm_start=False, validation_seeds=0)
 
 
 def trials(run_dir, name):

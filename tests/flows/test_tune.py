@@ -19,7 +19,7 @@ from tasks.report import read_meta
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 TINY = dict(networks=[2], algorithms=["geodamp"], models=["mlp"], epochs=2,
-            target_accuracy=0.3, pruner="none")
+            target_accuracy=0.3, pruner="none", validation_seeds=0)
 
 
 def mlflow_runs(run_dir, grid_name):
@@ -90,7 +90,7 @@ def test_tune_without_deadlock_under_tight_thread_limits(tmp_path, scheduler, mo
     rows = tune(networks=[1, 2], algorithms=["geodamp", "padadamp"], models=["mlp"], trials=2,
                 epochs=1, target_accuracy=0.2, pruner="none", grid_name="tight",
                 run_dir=str(tmp_path / "t"), cluster=scheduler, max_concurrent_cells=3,
-                max_concurrent_trials=2)
+                max_concurrent_trials=2, validation_seeds=0)
     assert len(rows) == 4 and all(r["n_complete"] == 2 for r in rows)
 
 
@@ -121,7 +121,7 @@ def test_warm_start_seeds_a_cell_with_its_finished_neighbours_best_deterministic
     from tests.flows.grids import trials_of
 
     grid = dict(networks=[2, 4], algorithms=["padadamp"], models=["mlp"], epochs=3, trials=3,
-                target_accuracy=0.45, grid_name="w", cluster=scheduler)
+                target_accuracy=0.45, grid_name="w", cluster=scheduler, validation_seeds=0)
     first, second = str(tmp_path / "a"), str(tmp_path / "b")
     tune(run_dir=first, **grid)
     storage = f"sqlite:///{first}/optuna.db"

@@ -12,7 +12,7 @@ from tests.flows.test_tune import mlflow_runs
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 GRID = dict(networks=[4], algorithms=["geodamp"], models=["mlp"], trials=2, epochs=2,
-            target_accuracy=0.3, pruner="none")
+            target_accuracy=0.3, pruner="none", validation_seeds=0)
 
 
 def _grid(tmp_path, scheduler, folder, workers):

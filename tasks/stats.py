@@ -1,0 +1,119 @@
+"""The statistics of the answer: means over held-out seeds, paired ratios, the tied-best set.
+
+Every algorithm of a (network, model) pair is retrained on the same held-out seeds
+(:mod:`tasks.validation`), so two algorithms are compared seed by seed: the ratio of their
+times on one seed cancels what the seed does to both. Ratios are averaged on the log scale
+(a geometric mean) with a Student-t 95 % interval. An algorithm is in the **tied-best set**
+when the interval of its paired ratio to the best (lowest mean) algorithm includes 1: the data
+cannot say it is slower.
+
+Example:
+    >>> lo, mid, hi = paired_ratio({1: 10.0, 2: 12.0, 3: 11.0}, {1: 5.0, 2: 6.1, 3: 5.4})
+    >>> round(mid, 2), lo > 1.0
+    (2.01, True)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from scipy.stats import t as student_t
+
+__all__ = ["CONFIDENCE", "mean_ci", "paired_ratio", "compare_pair", "seeds_to_resolve",
+           "answer_rows", "ANSWER_COLUMNS"]
+
+CONFIDENCE = 0.95
+
+
+def _t(n: int) -> float:
+    return float(student_t.ppf(0.5 + CONFIDENCE / 2, n - 1))
+
+
+def mean_ci(values: list[float]) -> tuple[float, float | None]:
+    """(mean, half-width of its 95 % interval); no interval from fewer than 2 values."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, _t(len(values)) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def paired_ratio(base: dict[int, float], other: dict[int, float]
+                 ) -> tuple[float | None, float | None, float | None]:
+    """``base / other`` over the seeds both have: (low, geometric mean, high) of the 95 %
+    interval; None where fewer than 2 seeds (1 seed: the ratio, no interval)."""
+    seeds = sorted(set(base) & set(other))
+    logs = [math.log(base[s] / other[s]) for s in seeds if base[s] > 0 and other[s] > 0]
+    if not logs:
+        return None, None, None
+    mid, half = mean_ci(logs)
+    if half is None:
+        return None, math.exp(mid), None
+    return math.exp(mid - half), math.exp(mid), math.exp(mid + half)
+
+
+def compare_pair(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:
+    """The validation rows of one (network, model) pair with their statistics: ``mean``,
+    ``ci`` (half-width), ``n_seeds``, ``speedup`` over ``baseline`` with ``speedup_low`` and
+    ``speedup_high`` (paired), ``vs_best_low`` (the interval's low end of this / best), and
+    ``tied_best``; sorted by mean."""
+    rows = [dict(r) for r in rows if r["values"]]
+    base = next((r for r in rows if r["algorithm"] == baseline), None)
+    for r in rows:
+        values = [r["values"][s] for s in sorted(r["values"])]
+        r["mean"], r["ci"] = mean_ci(values)
+        r["n_seeds"] = len(values)
+        low, mid, high = (paired_ratio(base["values"], r["values"]) if base
+                          else (None, None, None))
+        r["speedup"], r["speedup_low"], r["speedup_high"] = mid, low, high
+    rows.sort(key=lambda r: (r["mean"], r["algorithm"]))
+    best = rows[0] if rows else None
+    for r in rows:
+        low, _, _ = paired_ratio(r["values"], best["values"]) if best else (None, None, None)
+        r["vs_best_low"] = low
+        r["tied_best"] = r is best or low is None or low <= 1.0
+    return rows
+
+
+def seeds_to_resolve(rows: list[dict[str, Any]]) -> int | None:
+    """Held-out seeds that would tell the best from the runner-up at this spread (the paired
+    interval's half-width shrinks as 1/sqrt(n)): None when they are told apart already."""
+    if len(rows) < 2 or not rows[1]["tied_best"]:
+        return None
+    best, second = rows[0], rows[1]
+    seeds = sorted(set(best["values"]) & set(second["values"]))
+    logs = [math.log(second["values"][s] / best["values"][s]) for s in seeds]
+    if len(logs) < 2 or statistics.fmean(logs) <= 0:
+        return None
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    if sd == 0:
+        return None
+    n = 2
+    while n < 10_000 and _t(n) * sd / math.sqrt(n) >= mean:
+        n += 1
+    return n
+
+
+ANSWER_COLUMNS = ("network", "model", "rank", "algorithm", "mean", "ci", "n_seeds", "speedup",
+                  "speedup_low", "speedup_high", "tied_best", "reached_seeds", "params",
+                  "validates")
+
+
+def answer_rows(validation: list[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:
+    """The answer: every (network, model) pair's validation rows with their statistics
+    (:func:`compare_pair`), ranked by mean; ``resolve_seeds`` on a pair's first row says how
+    many seeds would tell its two best apart when they are tied."""
+    pairs: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for row in validation:
+        pairs.setdefault((row["network"], row["model"]), []).append(row)
+    out: list[dict[str, Any]] = []
+    for key in sorted(pairs):
+        ranked = compare_pair(pairs[key], baseline=baseline)
+        for rank, row in enumerate(ranked, start=1):
+            row["rank"] = rank
+            row["reached_seeds"] = sum(bool(v) for v in row["reached"].values())
+        if ranked:
+            ranked[0]["resolve_seeds"] = seeds_to_resolve(ranked)
+        out += ranked
+    return out

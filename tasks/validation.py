@@ -1,0 +1,99 @@
+"""Held-out seeds: each cell's best configuration retrained on the grid's validation seeds.
+
+The search's best value is the minimum over noisy trials (a winner's curse), and its training
+seed also drove the search. After a cell's search, its best configuration is trained again on
+``validation_seeds`` held-out training seeds: trials of a study of its own
+(``<grid>/<cell>/validation``, Optuna user attribute ``train_seed``; enqueued once, so a rerun
+trains only the seeds not finished yet). Every cell of the grid uses the **same** seeds, so two
+algorithms of a (network, model) pair are compared seed by seed (paired): the noise the
+seeds share cancels in their ratio. The answer of a cell is the mean over its seeds with a
+95 % confidence interval (Student's t); :mod:`tasks.stats` compares them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import optuna
+
+from tasks.grid import Cell, GridSettings
+from tasks.search import best_trial, reached_target, storage_for, study_name
+
+__all__ = ["TRAIN_SEED", "VALIDATES", "held_out_seeds", "seed_validation", "validation_due",
+           "validation_rows", "validation_settings"]
+
+TRAIN_SEED = "train_seed"  # Optuna user attribute of a validation trial: its training seed
+VALIDATES = "validates"  # ... and the search trial whose configuration it retrains
+_SEEDED = "validation_seeded"  # study user attribute: the seeds enqueued (once)
+
+
+def held_out_seeds(settings: GridSettings) -> list[int]:
+    """The grid's validation training seeds: a function of its ``seed`` and their index only
+    (the same for every cell), never the search's own training seed."""
+    seeds: list[int] = []
+    k = 0
+    while len(seeds) < settings.validation_seeds:
+        digest = hashlib.sha256(f"damptune:validation:{settings.seed}:{k}".encode()).digest()
+        seed = int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+        if seed != settings.seed and seed not in seeds:
+            seeds.append(seed)
+        k += 1
+    return seeds
+
+
+def validation_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A validation cell's settings: one trial per held-out seed, trained to the target or
+    the budget (no bound: every seed's time is measured), no warm start."""
+    return {**settings, "trials": settings["validation_seeds"], "pruner": "none",
+            "warm_start": False}
+
+
+def seed_validation(study: optuna.Study, grid: GridSettings, cell: Cell) -> int:
+    """Enqueue the search cell's best configuration once per held-out seed (once per study).
+    Returns the number of validation trials the study has or will have: 0 when the search has
+    no COMPLETE trial yet (nothing to validate)."""
+    if study.user_attrs.get(_SEEDED):
+        return len(study.user_attrs[_SEEDED])
+    searched = optuna.load_study(study_name=study_name(grid, cell.searched),
+                                 storage=storage_for(grid.storage))
+    best = best_trial(searched.get_trials(deepcopy=False))
+    if best is None:
+        return 0
+    seeds = held_out_seeds(grid)
+    there = {t.user_attrs.get(TRAIN_SEED) for t in study.get_trials(deepcopy=False)}
+    for seed in (s for s in seeds if s not in there):  # a rerun after a kill mid-way
+        study.enqueue_trial(dict(best.params), skip_if_exists=False, user_attrs={
+            TRAIN_SEED: seed, VALIDATES: f"{cell.searched.key}#{best.number}"})
+    study.set_user_attr(_SEEDED, seeds)
+    return len(seeds)
+
+
+def validation_due(study: optuna.Study) -> bool:
+    """Whether the validation study has seeds to train (its search had a best to retrain)."""
+    return bool(study.user_attrs.get(_SEEDED))
+
+
+def validation_rows(storage: str, *, grid_name: str) -> list[dict[str, Any]]:
+    """One row per validation study of the grid: its cell, and each held-out seed's value
+    and whether it reached the target (COMPLETE trials only)."""
+    rows = []
+    store = storage_for(storage)
+    for s in optuna.get_all_study_summaries(store, include_best_trial=False):
+        attrs = s.user_attrs
+        if attrs.get("grid") != grid_name or attrs.get("stage") != "validation":
+            continue
+        study = optuna.load_study(study_name=s.study_name, storage=store)
+        done = [t for t in study.get_trials(deepcopy=False)
+                if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
+        rows.append({
+            "network": int(attrs["network"]), "algorithm": str(attrs["algorithm"]),
+            "model": str(attrs["model"]), "study": s.study_name,
+            "values": {int(t.user_attrs[TRAIN_SEED]): float(t.value or 0.0) for t in done},
+            "reached": {int(t.user_attrs[TRAIN_SEED]): reached_target(t) for t in done},
+            "params": dict(done[0].params) if done else {},
+            "validates": str(done[0].user_attrs.get(VALIDATES, "")) if done else "",
+            "n_seeds": len(attrs.get(_SEEDED) or []),
+        })
+    rows.sort(key=lambda r: (r["network"], r["model"], r["algorithm"]))
+    return rows

@@ -1,0 +1,78 @@
+"""The validation stage: each cell's best configuration retrained on the grid's held-out
+seeds (the same for every cell), in Optuna, MLflow and the report; a rerun trains nothing
+again; an algorithm whose batch never grows is searched once per model (the fair baseline)."""
+
+import json
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from flows.tune import grid_of, tune
+from tasks.validation import held_out_seeds
+from tests.flows.test_tune import mlflow_runs
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+
+GRID = dict(networks=[2, 4], algorithms=["geodamplr", "geodamp"], models=["mlp"], trials=2,
+            epochs=3, target_accuracy=0.45, validation_seeds=3, grid_name="v")
+
+
+def _studies(run_dir):
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    return {s.study_name: optuna.load_study(study_name=s.study_name, storage=storage)
+            for s in optuna.get_all_study_summaries(storage)}
+
+
+def _report_json(run_dir):
+    out = subprocess.run([sys.executable, "-m", "damptune", "report", "--run-dir", run_dir,
+                          "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_held_out_seeds_are_shared_and_never_the_search_seed():
+    settings, _ = grid_of({"seed": 7, "validation_seeds": 5})
+    seeds = held_out_seeds(settings)
+    assert len(set(seeds)) == 5 and 7 not in seeds
+    assert seeds == held_out_seeds(grid_of({"seed": 7, "validation_seeds": 5,
+                                            "networks": [16]})[0])
+    assert seeds != held_out_seeds(grid_of({"seed": 8, "validation_seeds": 5})[0])
+
+
+def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, scheduler):
+    run_dir = str(tmp_path / "v")
+    tune(run_dir=run_dir, cluster=scheduler, **GRID)
+    studies = _studies(run_dir)
+    # the fair baseline: geodamplr never grows the batch, so it is searched once (at n2)
+    assert "v/n4/geodamplr/mlp" not in studies and "v/n2/geodamplr/mlp" in studies
+    seeds = held_out_seeds(grid_of(GRID)[0])
+    for cell in ("n2/geodamplr/mlp", "n2/geodamp/mlp", "n4/geodamp/mlp"):
+        validation, search = studies[f"v/{cell}/validation"], studies[f"v/{cell}"]
+        done = [t for t in validation.trials if t.state.name == "COMPLETE"]
+        assert sorted(t.user_attrs["train_seed"] for t in done) == sorted(seeds)
+        best = min((t for t in search.trials if t.state.name == "COMPLETE"),
+                   key=lambda t: t.value)  # every search trial here reaches the target
+        assert all(t.params == best.params for t in done), (cell, best.params)
+    _, runs = mlflow_runs(run_dir, "v")
+    held_out = [r for r in runs if r.data.tags.get("damptune.stage") == "validation"
+                and r.data.tags.get("damptune.kind") == "trial"]
+    assert len(held_out) == 9
+    assert {int(r.data.params["seed"]) for r in held_out} == set(seeds)
+
+    rows = _report_json(run_dir)
+    by = {(r["network"], r["algorithm"]): r for r in rows}
+    assert set(by) == {(2, "geodamplr"), (2, "geodamp"), (4, "geodamplr"), (4, "geodamp")}
+    assert by[(4, "geodamplr")]["shared_from"] == "n2/geodamplr/mlp"
+    for row in rows:
+        assert row["validation_n_seeds"] == 3 and row["validation_mean"] > 0
+        assert row["validation_ci"] is not None and isinstance(row["validation_tied_best"], bool)
+    assert by[(4, "geodamplr")]["validation_speedup"] == pytest.approx(1.0)
+    with open(f"{run_dir}/report/report.md") as f:
+        assert "held-out seeds" in f.read()
+
+    counts = {name: len(s.trials) for name, s in studies.items()}
+    tune(run_dir=run_dir, cluster=scheduler, **GRID)  # the rerun: nothing trained twice
+    assert {name: len(s.trials) for name, s in _studies(run_dir).items()} == counts
+    assert len(mlflow_runs(run_dir, "v")[1]) == len(runs)

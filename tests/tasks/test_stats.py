@@ -1,0 +1,51 @@
+"""The answer's statistics: paired ratios, means with intervals, the tied-best set."""
+
+import math
+
+import pytest
+
+from tasks.stats import answer_rows, compare_pair, mean_ci, paired_ratio, seeds_to_resolve
+
+
+def _row(algorithm, values, network=4, model="mlp"):
+    return {"network": network, "model": model, "algorithm": algorithm, "values": values,
+            "reached": {s: True for s in values}, "params": {}, "validates": ""}
+
+
+def test_mean_ci_is_the_student_t_interval():
+    mean, half = mean_ci([10.0, 12.0, 14.0])
+    assert mean == 12.0
+    assert half == pytest.approx(4.303 * 2.0 / math.sqrt(3), rel=1e-3)  # t(0.975, 2) = 4.303
+    assert mean_ci([5.0]) == (5.0, None)
+
+
+def test_paired_ratio_cancels_what_a_seed_does_to_both():
+    # the seeds move both algorithms by up to 2x; the ratio is 2 on every seed
+    base = {1: 10.0, 2: 20.0, 3: 15.0}
+    other = {s: v / 2 for s, v in base.items()}
+    low, mid, high = paired_ratio(base, other)
+    assert (low, mid, high) == pytest.approx((2.0, 2.0, 2.0))
+    assert paired_ratio(base, {9: 1.0}) == (None, None, None)  # no seed in common
+
+
+def test_compare_pair_names_the_tied_best_set_and_paired_speedups():
+    rows = compare_pair([
+        _row("geodamplr", {1: 10.0, 2: 12.0, 3: 11.0, 4: 10.5}),
+        _row("geodamp", {1: 5.0, 2: 6.1, 3: 5.4, 4: 5.2}),  # clearly faster
+        _row("padadamp", {1: 5.1, 2: 5.9, 3: 5.6, 4: 5.1}),  # as fast as geodamp
+    ], baseline="geodamplr")
+    by = {r["algorithm"]: r for r in rows}
+    assert [r["algorithm"] for r in rows][0] in ("geodamp", "padadamp")
+    assert by["geodamp"]["tied_best"] and by["padadamp"]["tied_best"]
+    assert not by["geodamplr"]["tied_best"]
+    assert by["geodamp"]["speedup_low"] > 1.8 and by["geodamplr"]["speedup"] == 1.0
+    assert seeds_to_resolve(rows) is not None  # tied: more seeds could tell them apart
+
+
+def test_answer_rows_rank_each_pair_separately():
+    rows = answer_rows([_row("geodamplr", {1: 10.0, 2: 11.0}, network=2),
+                        _row("geodamp", {1: 9.0, 2: 9.5}, network=2),
+                        _row("geodamp", {1: 4.0, 2: 4.5}, network=4)], baseline="geodamplr")
+    assert [(r["network"], r["rank"], r["algorithm"]) for r in rows] == [
+        (2, 1, "geodamp"), (2, 2, "geodamplr"), (4, 1, "geodamp")]
+    assert rows[2]["speedup"] is None  # no baseline at n4 in these rows
