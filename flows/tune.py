@@ -24,6 +24,7 @@ from damptune import interrupt
 from damptune.validate import positive_float, positive_int
 from tasks import tracking
 from tasks.cell import run_cell
+from tasks.clusters import check_cluster
 from tasks.console import keep_running_without_console
 from tasks.grid import (
     ALGORITHMS,
@@ -34,6 +35,7 @@ from tasks.grid import (
     GridSettings,
     cells_of,
 )
+from tasks.locations import check_locations
 from tasks.publish import publish_report
 from tasks.report import GridIncomplete, check_run_dir, grid_rows, write_meta, write_summary
 from tasks.search import check_grid_data, storage_for, with_storage_retries
@@ -148,7 +150,9 @@ def _cluster_size(settings: GridSettings, cells: list[Cell], *, at_once: int) ->
     """Workers the grid's session needs: the largest network's ranks, one worker each; with
     ``workers_per_trial`` N, N for each trial that trains at once (never more)."""
     largest = max(c.network for c in cells)
-    if not settings.workers_per_trial or settings.mode == "local":
+    if settings.mode == "local":  # trials train in this process: the cluster only idles
+        return 1
+    if not settings.workers_per_trial:
         return largest
     return min(largest * at_once, settings.workers_per_trial * at_once)
 
@@ -242,7 +246,7 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
         overhead_per_rank_ms=params["overhead_per_rank_ms"], run_dir=params["run_dir"] or "",
         storage=params["storage"] or "", tracking_uri=params["tracking_uri"] or "",
         checkpoint_seconds=checkpoint_seconds,
-        checkpoint_every=int(params["checkpoint_every"]),
+        checkpoint_every=params["checkpoint_every"],
         checkpoint_root=params["checkpoint_root"] or "",
         max_cluster_lifetime=lifetime or 0.0, trial_attempts=params["trial_attempts"],
         worker_wait=params["worker_wait"], validation_seeds=params["validation_seeds"],
@@ -251,9 +255,11 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
     positive_int("max_concurrent_cells", params["max_concurrent_cells"])
     positive_int("max_concurrent_trials", params["max_concurrent_trials"])
     settings.workers_per_trial = _workers_per_trial(params)
+    check_cluster(params["cluster"])  # a bad cluster YAML: refused before grid.json is written
     cells = cells_of(networks=params["networks"], algorithms=params["algorithms"],
                      models=params["models"], settings=settings)
     resolve_locations(settings)
+    check_locations(settings)
     return settings, cells
 
 

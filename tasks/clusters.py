@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import os
 import threading
 import time
@@ -32,7 +33,7 @@ from damptune.cluster import scheduler_address, worker_addresses
 from damptune.preemption import TOPIC, PreemptionPlugin
 from tasks.gpus import local_cluster_for
 
-__all__ = ["WorkerPool", "Gang", "open_cluster"]
+__all__ = ["WorkerPool", "Gang", "open_cluster", "check_cluster"]
 
 EXCLUDED_SECONDS = 120.0  # how long a worker seen failing or given notice is handed out no more
 
@@ -184,18 +185,51 @@ class Gang:
         return kept
 
 
-def _from_yaml(path: str, n_workers: int) -> Any:
-    with open(path) as f:
-        spec = yaml.safe_load(f) or {}
+def check_cluster(source: str) -> None:
+    """Refuse a bad ``cluster`` before any work: not ``local``, an address or an existing
+    YAML file; a YAML file without ``class``, whose class does not import, or whose
+    ``kwargs`` the class's constructor does not take (where its signature names them)."""
+    if source == "local" or source.startswith(("tcp://", "tls://", "ws://")):
+        return
+    if not (source.endswith((".yaml", ".yml")) and os.path.isfile(source)):
+        raise ConfigError("cluster", source,
+                          "'local', a scheduler address 'tcp://HOST:PORT' or a cluster YAML file")
+    _cluster_class(source)
+
+
+def _cluster_class(path: str) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(class, kwargs, spec) of a cluster YAML file, checked (see :func:`check_cluster`)."""
+    try:
+        with open(path) as f:
+            spec = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError("cluster", path, "a readable YAML file", str(exc)) from None
     if not isinstance(spec, dict) or "class" not in spec:
         raise ConfigError("cluster", path, "a YAML file with 'class' (import path) and 'kwargs'")
     module, _, name = str(spec["class"]).rpartition(".")
     try:
         cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError("cluster", spec["class"],
                           "an importable Dask cluster class (is its package installed?)") from exc
-    cluster = cls(**(spec.get("kwargs") or {}))
+    kwargs = spec.get("kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise ConfigError("cluster", path, "'kwargs' as a mapping of keyword arguments")
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return cls, kwargs, spec
+    if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        unknown = sorted(set(kwargs) - set(signature.parameters))
+        if unknown:
+            raise ConfigError("cluster", path, f"kwargs that {spec['class']} takes: "
+                              f"{sorted(signature.parameters)}", f"Unknown: {unknown}.")
+    return cls, kwargs, spec
+
+
+def _from_yaml(path: str, n_workers: int) -> Any:
+    cls, kwargs, spec = _cluster_class(path)
+    cluster = cls(**kwargs)
     cluster.scale(int(spec.get("workers") or n_workers))
     return cluster
 

@@ -169,6 +169,9 @@ def cells_of(
     get_profile(settings.profile)
     choice("mode", settings.mode, GRID_MODES)
     positive_int("trial_attempts", settings.trial_attempts, "a positive integer (tries)")
+    if settings.checkpoint_every != 0:
+        positive_int("checkpoint_every", settings.checkpoint_every,
+                     "an integer >= 0 (model updates between checkpoints; 0: by time only)")
     positive_float("worker_wait", settings.worker_wait, "a positive number of seconds")
     non_negative_float("retry_backoff", settings.retry_backoff, "seconds, 0 or more")
     choice("sampler", settings.sampler, ("auto", "tpe", "gp"))
