@@ -42,13 +42,28 @@ BASELINE = "geodamplr"
 Answer = dict[tuple[int, str], list[dict[str, Any]]]  # pair -> its rows, ranked by mean
 
 
-def run_grid(seed: int, args: argparse.Namespace) -> Answer:
-    """The answer of one complete run of the default grid with ``seed``."""
-    from flows.tune import tune
+def answer_of(run_dir: str) -> Answer:
+    """The answer a finished grid's run directory holds (its report's statistics)."""
+    import json
+
     from tasks.answer import BASELINE as BASE
     from tasks.grid import share_rows
     from tasks.stats import answer_rows
     from tasks.validation import validation_rows
+
+    with open(os.path.join(run_dir, "grid.json")) as f:
+        name = json.load(f)["grid_name"]
+    rows = answer_rows(share_rows(validation_rows(f"sqlite:///{run_dir}/optuna.db",
+                                                  grid_name=name)), baseline=BASE)
+    pairs: Answer = {}
+    for row in rows:
+        pairs.setdefault((row["network"], row["model"]), []).append(row)
+    return pairs
+
+
+def run_grid(seed: int, args: argparse.Namespace) -> Answer:
+    """The answer of one complete run of the default grid with ``seed``."""
+    from flows.tune import tune
 
     name = f"stability-s{seed}-d{args.data_seed}"
     run_dir = os.path.join(args.run_dir, name)
@@ -61,12 +76,7 @@ def run_grid(seed: int, args: argparse.Namespace) -> Answer:
         tune(**params)
     except Exception as exc:  # noqa: BLE001 - an incomplete grid is reported, then measured
         print(f"run {name}: {exc}")
-    rows = answer_rows(share_rows(validation_rows(f"sqlite:///{run_dir}/optuna.db",
-                                                  grid_name=name)), baseline=BASE)
-    pairs: Answer = {}
-    for row in rows:
-        pairs.setdefault((row["network"], row["model"]), []).append(row)
-    return pairs
+    return answer_of(run_dir)
 
 
 def significant_orders(rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
@@ -143,15 +153,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--networks", type=lambda t: [int(x) for x in t.split(",")])
     parser.add_argument("--algorithms", type=lambda t: t.split(","))
     parser.add_argument("--models", type=lambda t: t.split(","))
+    parser.add_argument("--run-dirs", type=lambda t: t.split(","),
+                        help="A,B: compare two finished grids' run directories (e.g. `make run`'s "
+                        "runs/grid and a `damptune tune --seed 1` of the same grid) instead of "
+                        "running them")
     parser.add_argument("--run-dir", default=os.path.join("runs", "answer-stability"))
     args = parser.parse_args(argv)
     if not args.data_seed.isdigit():
         parser.error(f"--data-seed={args.data_seed!r} is not accepted; expected an integer >= 0")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    print(f"default grid, seeds {args.seeds}, data seed {args.data_seed}, "
-          f"{args.trials or 'the default'} trials per cell, {args.validation_seeds} held-out "
-          f"seeds per cell, mode {args.mode}")
-    runs: dict[int, Any] = {s: run_grid(s, args) for s in args.seeds}
+    if not args.run_dirs:
+        print(f"default grid, seeds {args.seeds}, data seed {args.data_seed}, "
+              f"{args.trials or 'the default'} trials per cell, {args.validation_seeds} "
+              f"held-out seeds per cell, mode {args.mode}")
+    if args.run_dirs:
+        runs: dict[int, Any] = {i: answer_of(d) for i, d in enumerate(args.run_dirs)}
+        print(f"finished grids compared: {args.run_dirs} (runs 0 and 1 below)")
+    else:
+        runs = {s: run_grid(s, args) for s in args.seeds}
     report(runs)
     return 0
 
