@@ -112,14 +112,14 @@ def test_concurrent_runs_never_train_a_trial_twice(tmp_path, scheduler, monkeypa
 EVERY = 20  # updates between checkpoints of the flow-kill test: lost work is a count
 
 
-def test_sigkill_of_the_flow_process_then_rerun(tmp_path, clean):
-    """Fault injection: SIGKILL `damptune tune` mid-grid, rerun it: every trial finished
-    exactly once in Optuna, one MLflow run per trial, values equal to the clean run's."""
-    run_dir = tmp_path / "k"
+def _tune_process(run_dir):
+    """`damptune tune` of the fault tests' grid (tests/flows/grids.GRID, one worker per rank,
+    as the clean run), started in its own session; returns it and its arguments, once it has
+    written two checkpoints (mid-grid, with work done and work left)."""
     args = [sys.executable, "-m", "damptune", "tune", "--networks", "2", "--algorithms",
             "geodamp,padadamp", "--models", "mlp", "--trials", "3", "--epochs", "3",
-            "--target", "0.45", "--validation-seeds", "1", "--grid-name", "g",
-            "--run-dir", str(run_dir),
+            "--target", "0.45", "--validation-seeds", "1", "--workers-per-trial", "0",
+            "--grid-name", "g", "--run-dir", str(run_dir),
             "--checkpoint-seconds", "3600", "--checkpoint-every", str(EVERY), "--no-progress"]
     env = {**os.environ, "DAMPTUNE_LEASE_TTL": "4", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
@@ -130,6 +130,30 @@ def test_sigkill_of_the_flow_process_then_rerun(tmp_path, clean):
         ckpts.exists() and len(list(ckpts.rglob("*.pt"))) >= 2
     ):
         time.sleep(0.2)
+    return proc, args, env
+
+
+def test_sigterm_to_damptune_tune_exits_75_then_a_rerun_equals_the_clean_run(tmp_path, clean):
+    """A real SIGTERM to the `damptune tune` process mid-grid (what a spot machine's shutdown
+    sends): its trials checkpoint, it exits 75 (EX_TEMPFAIL: run it again), and a rerun ends
+    equal to the clean run, one MLflow run per trial, some trial resumed."""
+    run_dir = tmp_path / "t"
+    proc, args, env = _tune_process(run_dir)
+    assert proc.poll() is None, "the grid ended before the signal"
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(300) == 75
+    out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert trials_of(run_dir, "g") == clean
+    assert set(runs_per_trial(run_dir, "g").values()) == {1}
+    assert any(w["attempts"] == 2 for w in worklog.summary(str(run_dir)).values())
+
+
+def test_sigkill_of_the_flow_process_then_rerun(tmp_path, clean):
+    """Fault injection: SIGKILL `damptune tune` mid-grid, rerun it: every trial finished
+    exactly once in Optuna, one MLflow run per trial, values equal to the clean run's."""
+    run_dir = tmp_path / "k"
+    proc, args, env = _tune_process(run_dir)
     os.killpg(proc.pid, signal.SIGKILL)  # the flow process and its Dask workers
     proc.wait(30)
     out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
