@@ -210,7 +210,7 @@ def _num(value: Any) -> str:
 
 # the held-out seeds' statistics of a cell, added to its `report --json` object as validation_*
 VALIDATION_KEYS = ("mean", "ci", "n_seeds", "reached_seeds", "speedup", "speedup_low",
-                   "speedup_high", "tied_best", "rank")
+                   "speedup_high", "tied_best", "reliable", "rank")
 
 
 def _report(args: argparse.Namespace) -> int:

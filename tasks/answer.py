@@ -188,12 +188,15 @@ def answer_markdown(rows: list[dict[str, Any]]) -> str:
             str(row["rank"]), row["algorithm"], f"{row['mean']:.4g}{ci}",
             f"{row['n_seeds']} ({row['reached_seeds']})",
             _interval(row["speedup_low"], row["speedup"], row["speedup_high"]),
-            "yes" if row["tied_best"] else "no", _cell(row["params"]))) + " |")
+            "yes" if row["tied_best"] else "no" if row["reliable"] else "no: missed the target "
+            "on most seeds", _cell(row["params"]))) + " |")
     return "\n".join(parts).lstrip("\n") + "\n"
 
 
 def _verdict(rows: list[dict[str, Any]]) -> str:
     tied = [r["algorithm"] for r in rows if r["tied_best"]]
+    if not tied:
+        return "No algorithm reached the target on most held-out seeds."
     if len(tied) == 1:
         return f"**{tied[0]}** is the fastest: every other algorithm is significantly slower."
     more = rows[0].get("resolve_seeds")

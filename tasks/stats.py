@@ -56,23 +56,27 @@ def paired_ratio(base: dict[int, float], other: dict[int, float]
 def compare_pair(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:
     """The validation rows of one (network, model) pair with their statistics: ``mean``,
     ``ci`` (half-width), ``n_seeds``, ``speedup`` over ``baseline`` with ``speedup_low`` and
-    ``speedup_high`` (paired), ``vs_best_low`` (the interval's low end of this / best), and
-    ``tied_best``; sorted by mean."""
+    ``speedup_high`` (paired), ``vs_best_low`` (the interval's low end of this / best),
+    ``reliable`` (reached the target on most seeds) and ``tied_best``; sorted by mean, the
+    reliable ones first. The best is the reliable one of least mean; only reliable ones tie."""
     rows = [dict(r) for r in rows if r["values"]]
     base = next((r for r in rows if r["algorithm"] == baseline), None)
     for r in rows:
         values = [r["values"][s] for s in sorted(r["values"])]
         r["mean"], r["ci"] = mean_ci(values)
         r["n_seeds"] = len(values)
+        # reached the target on most seeds: a configuration that mostly misses it is ranked
+        # after every one that does not, whatever its (penalized) time, as in the search
+        r["reliable"] = 2 * sum(bool(v) for v in r.get("reached", {}).values()) > len(values)
         low, mid, high = (paired_ratio(base["values"], r["values"]) if base
                           else (None, None, None))
         r["speedup"], r["speedup_low"], r["speedup_high"] = mid, low, high
-    rows.sort(key=lambda r: (r["mean"], r["algorithm"]))
-    best = rows[0] if rows else None
+    rows.sort(key=lambda r: (not r["reliable"], r["mean"], r["algorithm"]))
+    best = rows[0] if rows and rows[0]["reliable"] else None
     for r in rows:
         low, _, _ = paired_ratio(r["values"], best["values"]) if best else (None, None, None)
         r["vs_best_low"] = low
-        r["tied_best"] = r is best or low is None or low <= 1.0
+        r["tied_best"] = r["reliable"] and (r is best or low is None or low <= 1.0)
     return rows
 
 
@@ -96,8 +100,8 @@ def seeds_to_resolve(rows: list[dict[str, Any]]) -> int | None:
 
 
 ANSWER_COLUMNS = ("network", "model", "rank", "algorithm", "mean", "ci", "n_seeds", "speedup",
-                  "speedup_low", "speedup_high", "tied_best", "reached_seeds", "params",
-                  "validates")
+                  "speedup_low", "speedup_high", "tied_best", "reliable", "reached_seeds",
+                  "params", "validates")
 
 
 def answer_rows(validation: list[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:

@@ -49,3 +49,14 @@ def test_answer_rows_rank_each_pair_separately():
     assert [(r["network"], r["rank"], r["algorithm"]) for r in rows] == [
         (2, 1, "geodamp"), (2, 2, "geodamplr"), (4, 1, "geodamp")]
     assert rows[2]["speedup"] is None  # no baseline at n4 in these rows
+
+
+def test_a_configuration_that_mostly_misses_the_target_is_never_the_best():
+    # its penalized time is low (it stopped at the budget), but it missed on every seed
+    missed = {**_row("padadamp", {1: 4.0, 2: 4.1, 3: 4.0}), "reached": {1: False, 2: False,
+                                                                        3: False}}
+    rows = compare_pair([_row("geodamplr", {1: 10.0, 2: 12.0, 3: 11.0}),
+                         _row("geodamp", {1: 8.0, 2: 9.0, 3: 8.5}), missed],
+                        baseline="geodamplr")
+    assert [r["algorithm"] for r in rows] == ["geodamp", "geodamplr", "padadamp"]
+    assert not rows[2]["reliable"] and not rows[2]["tied_best"]
