@@ -105,7 +105,8 @@ def time_vs_network(report: dict[str, Any]) -> Any:
             style = _style(algorithm, algorithms)
             ax.plot([c["network"] for c in cells], [c["best_value"] for c in cells],
                     markersize=6, alpha=0.9, label=algorithm, **style)
-            _held_out(ax, report, model, algorithm, style["color"])
+            dodge = 2 ** (0.05 * (algorithms.index(algorithm) - (len(algorithms) - 1) / 2))
+            _held_out(ax, report, model, algorithm, style["color"], dodge=dodge)
             missed = [c for c in cells if c.get("reached") is False]
             ax.scatter([c["network"] for c in missed], [c["best_value"] for c in missed],
                        marker="X", s=130, color=style["color"], edgecolors="black", zorder=3,
@@ -115,7 +116,7 @@ def time_vs_network(report: dict[str, Any]) -> Any:
         ax.xaxis.set_minor_locator(NullLocator())
         _axis_scale(ax, [float(r["best_value"]) for r in valued])
         ax.set_xlabel("network size (ranks)")
-        ax.set_ylabel("best simulated time to target (s)")
+        ax.set_ylabel("simulated time to target (s)")
         ax.set_title(f"{model}: target accuracy {targets.get(model)}")
         ax.grid(alpha=0.3, which="both")
     handles = [Line2D([], [], label=a, **_style(a, algorithms)) for a in algorithms]
@@ -125,16 +126,22 @@ def time_vs_network(report: dict[str, Any]) -> Any:
     if report.get("answer"):
         handles.append(Line2D([], [], color="grey", marker="o", markerfacecolor="white",
                               label="mean over held-out seeds, 95 % CI"))
-    fig.suptitle("Least simulated time to the target accuracy, per network size")
+    fig.suptitle("Simulated time to the target accuracy, per network size: the search's best "
+                 "trial (lines), its configuration on the held-out seeds (bars)"
+                 if report.get("answer") else
+                 "Least simulated time to the target accuracy, per network size")
     return _finish(fig, handles)
 
 
-def _held_out(ax: Any, report: dict[str, Any], model: str, algorithm: str, color: Any) -> None:
-    """The cell's mean over the held-out seeds with its 95 % interval, as an error bar."""
+def _held_out(ax: Any, report: dict[str, Any], model: str, algorithm: str, color: Any, *,
+              dodge: float = 1.0) -> None:
+    """The cell's mean over the held-out seeds with its 95 % interval, as an error bar, moved
+    right or left by the factor ``dodge`` so that the algorithms' bars do not hide each
+    other."""
     rows = sorted((r for r in report.get("answer", []) if r["model"] == model
                    and r["algorithm"] == algorithm), key=lambda r: r["network"])
     if rows:
-        ax.errorbar([r["network"] for r in rows], [r["mean"] for r in rows],
+        ax.errorbar([r["network"] * dodge for r in rows], [r["mean"] for r in rows],
                     yerr=[r["ci"] or 0.0 for r in rows], fmt="o", color=color,
                     markerfacecolor="white", capsize=4, linestyle="none", zorder=4)
 
