@@ -19,7 +19,8 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["request", "requested", "clear", "install_sigterm_handler", "active", "parse_duration"]
+__all__ = ["request", "requested", "clear", "install_sigterm_handler", "active", "parse_duration",
+           "own_process"]
 
 # a SIGTERM handler is process-wide, so the request it records is too
 _EVENT = threading.Event()
@@ -56,18 +57,33 @@ class active:  # noqa: N801 - used as a context manager, like a function
             _ACTIVE.discard(threading.get_ident())
 
 
-def install_sigterm_handler(*, grace: float = 60.0) -> bool:
+_OWN_PROCESS = False  # set by a program that is the run (damptune tune): SIGTERM never re-raised
+
+
+def own_process() -> None:
+    """This process is the run (``damptune tune``): from now on, a SIGTERM handler installed
+    here only requests the stop; the run checkpoints and ends interrupted, and the program
+    exits with its own status, instead of a handler installed before (Prefect's) aborting it."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
+
+
+def install_sigterm_handler(*, grace: float = 60.0, reraise: bool | None = None) -> bool:
     """On SIGTERM: request a stop. If the main thread itself trains, it checkpoints and returns
     *interrupted* (the program then ends normally). If trainings run in other threads (Prefect
     tasks), wait up to ``grace`` s for them to checkpoint, then hand the signal to the previous
-    handler (Prefect's). Only from the main thread; returns whether installed."""
+    handler (Prefect's), unless ``reraise`` is False (default: False after :func:`own_process`,
+    else True): the program then goes on, and ends as an interrupted run does. Only from the
+    main thread; returns whether installed."""
+    if reraise is None:
+        reraise = not _OWN_PROCESS
     if threading.current_thread() is not threading.main_thread():
         return False
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = signal.getsignal(signal.SIGTERM) if reraise else signal.SIG_IGN
 
     def handler(signum: int, frame: Any) -> None:
         request("SIGTERM")
-        if threading.get_ident() in _ACTIVE:
+        if threading.get_ident() in _ACTIVE or not reraise:
             return  # the training in this thread sees the request after its current update
         deadline = time.monotonic() + grace
         while _ACTIVE and time.monotonic() < deadline:

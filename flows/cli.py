@@ -119,6 +119,9 @@ def _tune(args: argparse.Namespace) -> int:
     if hasattr(args, "warm_start"):
         given["warm_start"] = args.warm_start
     settings, cells = grid_of(given)  # bad input fails here, before any server starts
+    # this process is the run: a SIGTERM checkpoints the trials, and the grid ends interrupted
+    # (exit status 75) instead of the process dying by the signal
+    interrupt.own_process()
     interrupt.install_sigterm_handler()
     stop = threading.Event()
     if not getattr(args, "no_progress", False):

@@ -333,7 +333,7 @@ def _summarize(settings: GridSettings, cells: list[Cell],
     publish_report(settings, rows, client=client, summary_run_id=summary_run)
     validated = grid_rows(settings.storage, grid_name=settings.grid_name, stage="validation")
     if failures or any(r["n_failed"] or r["n_interrupted"] for r in rows + validated):
-        incomplete = GridIncomplete(rows + validated, failures)
+        incomplete = GridIncomplete(rows, failures, validated)
         logger.error("%s%s", incomplete, f"; stop requested: {interrupt.requested()}"
                      if interrupt.requested() else "")
         raise incomplete

@@ -84,7 +84,7 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
     """
     grid, c = GridSettings(**settings), Cell(**cell)
     session = session_for(session_key)
-    study = _open_study(grid, c, seed_cells or [])
+    study = _open_study(grid, c, seed_cells or [], session)
     exp_id, parent = tracking.with_retries(lambda: tracking.open_cell_run(
         session.tracking, grid, c, study_name(grid, c)), what="opening the cell's run")
     driver = StudyDriver(study, grid, leases=session.leases, owner=session.key,
@@ -115,13 +115,16 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
     return _finish(session, study, c, exp_id, parent, interrupted=False)
 
 
-def _open_study(grid: GridSettings, c: Cell, seed_cells: list[dict[str, Any]]) -> optuna.Study:
-    """The cell's study, seeded by its finished neighbours when it is new (warm start)."""
+def _open_study(grid: GridSettings, c: Cell, seed_cells: list[dict[str, Any]],
+                session: Session) -> optuna.Study:
+    """The cell's study, seeded by its finished neighbours when it is new (warm start); a
+    validation cell's, with its search's best once per held-out seed."""
     n_train = len(load_dataset(grid.dataset, seed=grid.data_seed,
                                root=grid.data_root or None).y_train)
     study = with_storage_retries(lambda: open_study(grid, c, n_train=n_train))
     if c.stage == "validation":
-        with_storage_retries(lambda: seed_validation(study, grid, c))
+        with_storage_retries(lambda: seed_validation(study, grid, c, leases=session.leases,
+                                                     owner=session.key))
     elif grid.warm_start and seed_cells:
         with_storage_retries(lambda: _warm_start(grid, c, study, seed_cells))
     return study

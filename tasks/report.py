@@ -45,10 +45,14 @@ class GridIncomplete(RuntimeError):
     after the summary is written, so the flow run ends Failed with this message and
     ``damptune tune`` exits with :attr:`exit_code`."""
 
-    def __init__(self, rows: list[dict[str, Any]], failures: list[str]) -> None:
+    def __init__(self, rows: list[dict[str, Any]], failures: list[str],
+                 validated: list[dict[str, Any]] | None = None) -> None:
+        """``rows``: the search cells' summaries; ``validated``: the validation cells',
+        counted with them."""
         self.rows, self.failures = rows, failures
-        self.n_failed = sum(int(r["n_failed"]) for r in rows)
-        self.n_interrupted = sum(int(r["n_interrupted"]) for r in rows)
+        counted = rows + list(validated or [])
+        self.n_failed = sum(int(r["n_failed"]) for r in counted)
+        self.n_interrupted = sum(int(r["n_interrupted"]) for r in counted)
         parts = [f"{self.n_failed} trial(s) FAIL", f"{self.n_interrupted} interrupted"]
         if failures:
             parts.append(f"{len(failures)} cell(s) stopped: " + "; ".join(failures))

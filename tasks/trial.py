@@ -161,7 +161,9 @@ def _train(grid: GridSettings, c: Cell, ds: Dataset, *, number: int, trial_id: i
     try:
         with heartbeat, worklog, session.pool.acquire(grid.trial_workers(c.network)) as gang:
             # measured on rank 0's worker when ranks train on GPUs (here may have none)
-            config = CalibrationKeeper(study).resolve(config, data, client=session.pool.client,
+            keeper = study if c.stage == "search" else open_study(  # one per cell, both stages
+                grid, c.searched, n_train=len(ds.y_train))
+            config = CalibrationKeeper(keeper).resolve(config, data, client=session.pool.client,
                                                       worker=next(iter(gang.addresses), None))
             state = train(config, data, cluster=session.pool.address, workers=gang,
                           callback=callback, checkpoint_path=checkpoint_path(grid, c, number),

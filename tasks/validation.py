@@ -13,11 +13,13 @@ seeds share cancels in their ratio. The answer of a cell is the mean over its se
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 import optuna
 
 from tasks.grid import Cell, GridSettings
+from tasks.leases import Leases
 from tasks.search import best_trial, reached_target, storage_for, study_name
 
 __all__ = ["TRAIN_SEED", "VALIDATES", "held_out_seeds", "seed_validation", "validation_due",
@@ -44,21 +46,47 @@ def held_out_seeds(settings: GridSettings) -> list[int]:
 
 def validation_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """A validation cell's settings: one trial per held-out seed, trained to the target or
-    the budget (no bound: every seed's time is measured), no warm start."""
+    the budget (no bound: every seed's time is measured), no warm start; the search's trial
+    total is kept (``extra["search_trials"]``): only a finished search is validated."""
     return {**settings, "trials": settings["validation_seeds"], "pruner": "none",
-            "warm_start": False}
+            "warm_start": False,
+            "extra": {**settings.get("extra", {}), "search_trials": settings["trials"]}}
 
 
-def seed_validation(study: optuna.Study, grid: GridSettings, cell: Cell) -> int:
-    """Enqueue the search cell's best configuration once per held-out seed (once per study).
-    Returns the number of validation trials the study has or will have: 0 when the search has
-    no COMPLETE trial yet (nothing to validate)."""
+def _search_finished(searched: optuna.Study, grid: GridSettings) -> bool:
+    """Whether the search has all its trials finished (none left RUNNING by an interrupted
+    or another live run): its best is then final for this total."""
+    trials = searched.get_trials(deepcopy=False)
+    if any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+        return False
+    total = int(grid.extra.get("search_trials", grid.trials))
+    return sum(t.state.is_finished() for t in trials) >= total
+
+
+def seed_validation(study: optuna.Study, grid: GridSettings, cell: Cell, *, leases: Leases,
+                    owner: str) -> int:
+    """Enqueue the search cell's best configuration once per held-out seed (once per study,
+    by one run: the others wait for it). Returns the number of validation trials the study
+    has or will have: 0 while the search is not finished (an interrupted grid: its rerun
+    validates the final best) or has no COMPLETE trial (nothing to validate)."""
+    key, deadline = f"{study.study_name}#seeding", time.monotonic() + 2 * leases.ttl
+    while not leases.acquire(key, owner):  # another live run is seeding: wait for it
+        if validation_due(study) or time.monotonic() > deadline:
+            return len(study.user_attrs.get(_SEEDED) or [])
+        time.sleep(1.0)
+    try:
+        return _seed(study, grid, cell)
+    finally:
+        leases.release(key, owner)
+
+
+def _seed(study: optuna.Study, grid: GridSettings, cell: Cell) -> int:
     if study.user_attrs.get(_SEEDED):
         return len(study.user_attrs[_SEEDED])
     searched = optuna.load_study(study_name=study_name(grid, cell.searched),
                                  storage=storage_for(grid.storage))
     best = best_trial(searched.get_trials(deepcopy=False))
-    if best is None:
+    if best is None or not _search_finished(searched, grid):
         return 0
     seeds = held_out_seeds(grid)
     there = {t.user_attrs.get(TRAIN_SEED) for t in study.get_trials(deepcopy=False)}

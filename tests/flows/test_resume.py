@@ -101,7 +101,8 @@ def test_concurrent_runs_never_train_a_trial_twice(tmp_path, scheduler, monkeypa
         t.join(600)
         assert not t.is_alive(), "a run did not finish"
     assert len(outcomes) == 2 and all(isinstance(o, list) for o in outcomes), outcomes
-    assert len(trained) == 4 and all(len(owners) == 1 for owners in trained.values()), trained
+    # 4 search trials and the one held-out seed's validation trial (GRID)
+    assert len(trained) == 5 and all(len(owners) == 1 for owners in trained.values()), trained
     assert len({owners[0] for owners in trained.values()}) == 2, trained  # both runs trained
     trials = trials_of(run_dir, "g")["n2/geodamp/mlp"]
     assert [n for n, *_ in trials] == [0, 1, 2, 3]
