@@ -198,9 +198,12 @@ def shared_across_networks(algorithm: str, settings: GridSettings) -> bool:
     model, at the grid's smallest network, with the same trial budget as any cell, and the
     report shows that result at every size (a search per size gave the baseline several
     times the trials of the algorithms it is compared with)."""
-    damper = DAMPERS[algorithm]
-    never_grows = bool(getattr(damper, "lr_only", False)) or algorithm == "sgd"
-    return never_grows and settings.initial_batch <= settings.per_worker_batch
+    return _never_grows(algorithm) and settings.initial_batch <= settings.per_worker_batch
+
+
+def _never_grows(algorithm: str) -> bool:
+    """Its batch stays B0: ``sgd``, and the learning-rate decays (``lr_only`` dampers)."""
+    return bool(getattr(DAMPERS[algorithm], "lr_only", False)) or algorithm == "sgd"
 
 
 def _check_workers_per_trial(settings: GridSettings, networks: list[int]) -> None:
@@ -260,16 +263,17 @@ def _per_model(name: str, value: Any, models: list[str],
         check(name, v)
 
 
-def share_rows(rows: list[dict[str, Any]], settings: GridSettings | None = None
-               ) -> list[dict[str, Any]]:
+def share_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` (one per cell: ``network``, ``algorithm``, ``model``) with each algorithm that
-    is searched once (:func:`shared_across_networks`) copied to every other network size of
-    the rows, marked ``shared_from`` (the cell it comes from)."""
-    settings = settings or GridSettings()
+    was searched once (:func:`shared_across_networks`: its batch never grows, and the rows
+    hold it at the smallest network only) copied to every other network size of the rows,
+    marked ``shared_from`` (the cell it comes from). Judged from the rows, not from default
+    settings: a grid whose B0 did not fit one rank searched it at every size, and nothing is
+    copied."""
     networks = sorted({int(r["network"]) for r in rows})
     out = list(rows)
     for r in rows:
-        if not shared_across_networks(r["algorithm"], settings) or r["network"] != networks[0]:
+        if not _never_grows(r["algorithm"]) or r["network"] != networks[0]:
             continue
         have = {(x["network"], x["model"]) for x in rows if x["algorithm"] == r["algorithm"]}
         out += [{**r, "network": n, "searched_network": r["network"],
