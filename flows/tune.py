@@ -154,7 +154,7 @@ def _cluster_size(settings: GridSettings, cells: list[Cell], *, at_once: int) ->
         return 1
     if not settings.workers_per_trial:
         return largest
-    return min(largest * at_once, settings.workers_per_trial * at_once)
+    return at_once * settings.trial_workers(largest)
 
 
 def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
