@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any
 
+from damptune.netmodel import DEFAULT_PROFILE
 from damptune.records import EvalRecord, Record, UpdateRecord
 
 __all__ = ["main", "build_parser"]
@@ -81,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--profile", default="decentralized-moderate",
+    t.add_argument("--profile", default=DEFAULT_PROFILE,
                    help="network profile of the simulated time (see `damptune simulate`)")
 
     from damptune import overhead_cli, simulate

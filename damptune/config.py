@@ -11,7 +11,7 @@ from damptune.dampers import Damper, get_damper
 from damptune.devices import BACKENDS, parse_device
 from damptune.errors import ConfigError
 from damptune.imports import import_path, resolve
-from damptune.netmodel import CostModel, get_profile
+from damptune.netmodel import DEFAULT_PROFILE, CostModel, get_profile
 from damptune.validate import (
     choice,
     non_negative_float,
@@ -97,7 +97,7 @@ class TrainConfig:
     train_loss_examples: int = 1024  # size of the fixed training subset for AdaDamp's F(w)
     n_train: int = 0  # set from the data
     # network cost model (damptune.netmodel): the records' simulated time `time_sim`
-    profile: str = "decentralized-moderate"
+    profile: str = DEFAULT_PROFILE
     compute_per_example: float | None = None  # seconds per example on one rank (None: measure)
     compute_fixed: float | None = None  # seconds per update on one rank, besides the examples
     # forward pass only (the damper's loss pass): seconds per example and per pass on one rank

@@ -25,6 +25,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from damptune.config import TrainConfig, cap_for, import_path, resolve
 from damptune.dampers import get_damper, spec_of
 from damptune.errors import ConfigError
+from damptune.netmodel import DEFAULT_PROFILE
 from damptune.state import TrainData, TrainState
 from damptune.trainer import Callback, train
 
@@ -107,7 +108,7 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         resume: bool = False,
         callback: Callback | None = None,
         timeout: float = 120.0,
-        profile: str = "decentralized-moderate",
+        profile: str = DEFAULT_PROFILE,
         compute_per_example: float | None = None,
         overhead: float = 0.0,
         micro_batch: int | None = None,

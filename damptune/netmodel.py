@@ -39,18 +39,21 @@ overlap of communication with computation, no contention besides what the formul
 ``bytes_per_param`` = 4 (float32), and the ranks enter the all-reduce together (a rank's
 measured ``time_comm`` also holds its wait for the slowest rank, which is machine noise, not a
 network parameter). ``bandwidth_gbps`` is goodput: TCP/IP headers take ~4–6 % of a link's
-nominal rate (1448 payload bytes per 1514-byte frame). Named profiles are those of the
-AdaDamp paper. Checked against gloo on shaped veth links (``bench/network_model.py``): gloo's
-all-reduce is the ring for every P, within 1–7 % of the formula.
+nominal rate (1448 payload bytes per 1514-byte frame). The default profile, ``ddp-100g``
+(100 Gb/s, 10 µs, ring), is a data-parallel cluster as damptune runs it; the other named
+profiles are the AdaDamp paper's (its Table 2 stays reproducible with them). Checked against
+gloo on shaped veth links (``bench/network_model.py``): gloo's all-reduce is the ring for every
+P, within 1–7 % of the formula.
 
 **Orchestration overhead** ``overhead(P)``: what an update costs besides computing and moving
 gradients — launching the ranks' work, gathering their results, the optimizer step — a fixed
-part plus a part per rank. Defaults of the named profiles: **16 ms + 3.3 ms × P**, the
+part plus a part per rank. The paper's profiles charge **16 ms + 3.3 ms × P**, the
 overhead the AdaDamp paper's own simulations charged per update (recovered from its authors'
 code: about 16 ms plus 3.3 ms per worker of a centrally orchestrated Dask update, on top of
-the gradient time). The per-rank part is what makes very large P stop paying. Measure your
-own with ``bench/step_time.py`` (the engine's rank loop, fitted as fixed + per rank) and pass
-it as ``overhead``/``overhead_per_rank`` (``damptune simulate --overhead-ms
+the gradient time); ``ddp-100g`` charges the engine's own, measured: 0.25 ms and nothing per
+rank (``ENGINE_OVERHEAD_MS``). The per-rank part is what makes very large P stop paying.
+Measure your own with ``bench/step_time.py`` (the engine's rank loop, fitted as fixed + per
+rank) and pass it as ``overhead``/``overhead_per_rank`` (``damptune simulate --overhead-ms
 --overhead-per-rank-ms``; the flow's ``overhead_ms``/``overhead_per_rank_ms``).
 
 **The damper's own work** is charged as it would run across the ranks: AdaDamp's training-loss
@@ -87,6 +90,8 @@ __all__ = [
     "PAPER_OVERHEAD_MS",
     "PAPER_OVERHEAD_PER_RANK_MS",
     "PROFILES",
+    "DEFAULT_PROFILE",
+    "ENGINE_OVERHEAD_MS",
     "get_profile",
     "CostModel",
     "parse_schedule",
@@ -169,6 +174,12 @@ class Network:
         return 2 * (p - 1) * (a + n_bytes / (p * b))
 
 
+# The engine's own overhead per update beyond computing, with its ranks running segments
+# (``damptune overhead --ranks 1,2``, median at P = 1 on this 2-core machine: 0.16 ms for the
+# MLP, 0.22 ms for the CNN; rounded up). Nothing per rank: a rank loop's exchange is the
+# all-reduce, which the link model charges (at P = 2 the extra measured here, 0.7-2.5 ms, is
+# that exchange between two processes sharing two cores, not orchestration).
+ENGINE_OVERHEAD_MS = 0.25
 PROFILES: dict[str, Network] = {
     net.name: net.with_overhead(PAPER_OVERHEAD_MS, PAPER_OVERHEAD_PER_RANK_MS) for net in (
         Network("decentralized-moderate", 54.0, 0.05),
@@ -176,6 +187,11 @@ PROFILES: dict[str, Network] = {
         Network("centralized", 54.0, 0.05, mode="centralized"),
     )
 }
+# A data-parallel GPU cluster as damptune runs it: 100 Gb/s links with 10 µs per message (an
+# RDMA-class cluster fabric; cloud TCP is 25-50 µs), gloo's ring all-reduce, and the engine's
+# measured overhead instead of the paper's Dask host. The grid's default.
+PROFILES["ddp-100g"] = Network("ddp-100g", 100.0, 10.0, overhead_ms=ENGINE_OVERHEAD_MS)
+DEFAULT_PROFILE = "ddp-100g"
 _CUSTOM = "'custom:GBPS:LATENCY_US[:ring|tree|centralized[:OVERHEAD_MS[:PER_RANK_MS]]]'"
 
 

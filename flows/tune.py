@@ -68,7 +68,7 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
     data_root: str | None = None, device: str = "cpu", trials: int = 8,
     epochs: float | dict[str, float] = DEFAULT_EPOCHS,  # noqa: B006
     target_accuracy: float | dict[str, float] = DEFAULT_TARGETS,  # noqa: B006
-    profile: str = "decentralized-moderate", mode: str = "centralized", per_worker_batch: int = 32,
+    profile: str = "ddp-100g", mode: str = "centralized", per_worker_batch: int = 32,
     seed: int = 0, data_seed: int = 0, sampler: str = "auto", pruner: str = "bound",
     warm_start: bool = True, eval_resolution: float = 0.02, overhead_ms: float | None = None,
     overhead_per_rank_ms: float | None = None, grid_name: str = "grid", run_dir: str | None = None,
@@ -91,8 +91,8 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
         trials: Optuna trials per cell, in all (>= 1): a rerun tops up to it, never beyond.
         epochs: training budget of a trial, in epochs (> 0): one number, or {model: epochs}.
         target_accuracy: test accuracy in (0, 1] that stops the clock: one, or {model: accuracy}.
-        profile: simulated network: decentralized-moderate, decentralized-high, centralized, or
-            custom:GBPS:LATENCY_US[:ring|tree|centralized[:OVERHEAD_MS[:PER_RANK_MS]]].
+        profile: simulated network: ddp-100g, decentralized-moderate, decentralized-high,
+            centralized, or custom:GBPS:US[:ring|tree|centralized[:OVERHEAD_MS[:PER_RANK_MS]]].
         mode: centralized (parameter server), decentralized (all-reduce) or local (one process).
         per_worker_batch: examples per rank (>= 1); a cell's batch cap is network x this.
         seed: integer seed of the training (initial weights, data order) and of the sampler.
@@ -101,7 +101,7 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
         pruner: bound (a trial stops past the cell's best time), hyperband, sha, or none.
         warm_start: true: a cell waits for its neighbour cells and first tries their best.
         eval_resolution: extra evaluations each time examples seen grow by this fraction (>= 0).
-        overhead_ms: simulated overhead per update, ms (>= 0; None: the profile's, 16 if named).
+        overhead_ms: simulated overhead per update, ms (>= 0; None: the profile's).
         overhead_per_rank_ms: simulated overhead per update and rank, ms (>= 0; None: profile's).
         grid_name: the grid's name (no "/"): its studies, MLflow experiment and default run_dir.
         run_dir: results directory (default runs/<grid_name>; relative: under the working dir).

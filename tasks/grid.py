@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from damptune import DAMPERS, ConfigError
-from damptune.netmodel import get_profile
+from damptune.netmodel import DEFAULT_PROFILE, get_profile
 from damptune.validate import (
     choice,
     non_negative_float,
@@ -19,7 +19,7 @@ from damptune.validate import (
 from models import DATASETS, MODELS, check_dataset
 
 __all__ = ["Cell", "GridSettings", "cells_of", "shared_across_networks", "share_rows",
-           "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS", "DEFAULT_EPOCHS",
+           "never_grows", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS", "DEFAULT_EPOCHS",
            "PRUNERS", "GRID_DEVICES"]
 
 ALGORITHMS = ("geodamplr", "cntsdamplr", "geodamp", "padadamp", "adadamp", "radadamp")
@@ -79,7 +79,7 @@ class GridSettings:
     # test accuracy at which the objective's clock stops: one for all models, or per model
     target_accuracy: float | dict[str, float] = field(
         default_factory=lambda: dict(DEFAULT_TARGETS))
-    profile: str = "decentralized-moderate"
+    profile: str = DEFAULT_PROFILE
     mode: str = "centralized"
     per_worker_batch: int = 32  # examples per rank; the cap is network × per_worker_batch
     initial_batch: int = 32  # B0 of the dampers that do not tune it (examples)
@@ -198,10 +198,10 @@ def shared_across_networks(algorithm: str, settings: GridSettings) -> bool:
     model, at the grid's smallest network, with the same trial budget as any cell, and the
     report shows that result at every size (a search per size gave the baseline several
     times the trials of the algorithms it is compared with)."""
-    return _never_grows(algorithm) and settings.initial_batch <= settings.per_worker_batch
+    return never_grows(algorithm) and settings.initial_batch <= settings.per_worker_batch
 
 
-def _never_grows(algorithm: str) -> bool:
+def never_grows(algorithm: str) -> bool:
     """Its batch stays B0: ``sgd``, and the learning-rate decays (``lr_only`` dampers)."""
     return bool(getattr(DAMPERS[algorithm], "lr_only", False)) or algorithm == "sgd"
 
@@ -273,7 +273,7 @@ def share_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     networks = sorted({int(r["network"]) for r in rows})
     out = list(rows)
     for r in rows:
-        if not _never_grows(r["algorithm"]) or r["network"] != networks[0]:
+        if not never_grows(r["algorithm"]) or r["network"] != networks[0]:
             continue
         have = {(x["network"], x["model"]) for x in rows if x["algorithm"] == r["algorithm"]}
         out += [{**r, "network": n, "searched_network": r["network"],

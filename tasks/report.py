@@ -25,7 +25,8 @@ from tasks.answer import (
 )
 from tasks.cell import summarize
 from tasks.figures import draw_figures
-from tasks.grid import Cell, GridSettings, share_rows
+from tasks.grid import Cell, GridSettings, never_grows, share_rows
+from tasks.headroom import headroom_markdown, headroom_rows
 from tasks.search import storage_for
 from tasks.stats import ANSWER_COLUMNS, answer_rows
 from tasks.trial import checkpoint_path
@@ -193,8 +194,10 @@ def build_report(rows: list[dict[str, Any]], *, run_dir: str, checkpoint_root: s
         profiles += [{**key, **r} for r in replay]
     answer = (answer_rows(share_rows(validation_rows(storage, grid_name=grid_name)),
                           baseline=BASELINE) if storage and grid_name else [])
+    grid = GridSettings(grid_name=grid_name, run_dir=run_dir, checkpoint_root=checkpoint_root)
+    headroom = headroom_rows(cells, grid=grid, storage=storage) if storage and grid_name else []
     return {"ranking": rank_cells(cells), "curves": curves, "profiles": profiles,
-            "answer": answer}
+            "answer": answer, "headroom": headroom}
 
 
 def _budget(ranking: list[dict[str, Any]]) -> str:
@@ -211,6 +214,24 @@ def _budget(ranking: list[dict[str, Any]]) -> str:
     note = (f"\n{', '.join(shared)} never grow the batch: searched once per model, at the "
             "smallest network, and shown at every size (`shared_from`).\n" if shared else "")
     return "Search budget per algorithm:\n\n" + "\n".join(lines) + "\n" + note + "\n"
+
+
+def _headroom_section(report: dict[str, Any]) -> str:
+    """The cost model's ceiling per pair, beside the best damped speedup the answer measured."""
+    if not report.get("headroom"):
+        return ""
+    measured = {}
+    for row in report.get("answer", []):
+        key = (row["network"], row["model"])
+        if key not in measured and not never_grows(row["algorithm"]) and row.get("speedup"):
+            measured[key] = float(row["speedup"])
+    return ("## What the cost model lets damping win\n\n"
+            "`s`: an epoch at the cap on P ranks against an epoch at B0 on one rank, on the "
+            "grid's profile. `φ`: the share of the baseline's time to the target after the "
+            "earliest growth of any searched configuration that reached the target. Ceiling: "
+            "`1 / ((1 − φ) + φ / s)`, the most any damped schedule could win (statistical "
+            "efficiency aside). Measured: the answer's best damped speedup (held-out seeds).\n\n"
+            + headroom_markdown(report["headroom"], measured) + "\n")
 
 
 def _answer_section(report: dict[str, Any]) -> str:
@@ -259,7 +280,9 @@ def write_report(report: dict[str, Any], out_dir: str, *, title: str = "",
         "profiles.md": profiles_markdown(report["profiles"]) if report["profiles"] else "",
         "answer.json": json.dumps([{c: r.get(c) for c in ANSWER_COLUMNS}
                                    for r in report.get("answer", [])], indent=1) + "\n",
+        "headroom.json": json.dumps(report.get("headroom", []), indent=1) + "\n",
         "report.md": (f"# {title or 'Grid report'}\n\n" + _answer_section(report)
+                      + _headroom_section(report)
                       + "## The search: best trial per cell\n\n" + _budget(ranking)
                       + ranking_markdown(ranking)
                       + "\n## Replayed on every network profile (simulated s to target)\n\n"

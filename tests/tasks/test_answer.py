@@ -203,3 +203,42 @@ def test_rank_cells_without_a_baseline_or_a_value():
             for r in ranking] == [(2, "geodamp", 1, None), (2, "geodamplr", None, None),
                                   (8, "padadamp", 1, None), (8, "geodamp", 2, None),
                                   (8, "adadamp", None, None)]
+
+
+@pytest.mark.slow
+def test_the_report_states_the_cost_models_ceiling_from_the_grids_own_trials(grid, tmp_path):
+    """Per pair: s from the baseline's own cost model, φ from the earliest growth of a damped
+    trial that reached the target, Amdahl's ceiling from both; in report.md and
+    headroom.json."""
+    report = build_report(grid_rows(grid.storage, grid_name="rep"), run_dir=grid.run_dir,
+                          storage=grid.storage, grid_name="rep")
+    rows = {(r["network"], r["model"]): r for r in report["headroom"]}
+    assert set(rows) == {(n, "mlp") for n in NETWORKS}
+    for network in NETWORKS:
+        base = checkpoint_of(grid, Cell(network, "geodamplr", "mlp"),
+                             best_from_optuna(grid, Cell(network, "geodamplr", "mlp")).number)
+        config = TrainConfig.from_dict(base["config"])
+        cost, n = config.cost_model(n_params_of(base)), config.n_train
+        cap = network * config.per_worker_batch
+        s = ((-(-n // 32)) * cost.update_seconds(batch_size=32, n_ranks=1)
+             / ((-(-n // cap)) * cost.update_seconds(batch_size=cap, n_ranks=network)))
+        row = rows[(network, "mlp")]
+        assert row["profile"] == config.profile and row["s"] == pytest.approx(s) and s > 1
+        growths = []  # the damped trials that reached the target, and where their batch grew
+        for algorithm in ("geodamp", "radadamp"):
+            study = optuna.load_study(study_name=f"rep/n{network}/{algorithm}/mlp",
+                                      storage=grid.storage)
+            for t in study.trials:
+                h = checkpoint_of(grid, Cell(network, algorithm, "mlp"), t.number)["history"]
+                grew = [r["examples_seen"] - r["batch_size"] for r in h
+                        if r["kind"] == "update" and r["batch_size"] > 32]
+                if not missed(t) and grew:
+                    growths.append(grew[0])
+        assert row["growth_examples"] == (min(growths) if growths else None)
+        if row["phi"] is not None:
+            assert 0 <= row["phi"] <= 1
+            assert row["ceiling"] == pytest.approx(1 / ((1 - row["phi"]) + row["phi"] / s))
+    write_report(report, str(tmp_path))
+    text = (tmp_path / "report.md").read_text()
+    assert "What the cost model lets damping win" in text and "ceiling" in text
+    assert (tmp_path / "headroom.json").exists()

@@ -1,0 +1,112 @@
+"""How much the grid's cost model lets damping win: the ceiling of each (network, model) pair.
+
+From the grid's own trials (:mod:`damptune.ceiling`): ``s``, the per-epoch speedup at the
+cap on the grid's network profile; ``φ``, the share of the baseline's time to target after the
+earliest growth of any searched configuration that reached the target at that network size;
+and the Amdahl ceiling ``1 / ((1 − φ) + φ / s)`` on any damped speedup. Printed in the report
+beside the speedups measured, so a user sees whether the algorithms or the cost model set
+the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import optuna
+
+from damptune.ceiling import ceiling, epoch_speedup, first_growth, growth_share
+from damptune.checkpoint import load_checkpoint
+from damptune.config import TrainConfig
+from damptune.errors import DamptuneError
+from tasks.answer import BASELINE, n_params_of
+from tasks.grid import Cell, GridSettings, never_grows
+from tasks.objective import objective
+from tasks.trial import checkpoint_path
+
+__all__ = ["headroom_rows", "headroom_markdown"]
+
+
+def _checkpoint(grid: GridSettings, cell: Cell, number: int) -> dict[str, Any] | None:
+    try:
+        return load_checkpoint(checkpoint_path(grid, cell, number))
+    except (DamptuneError, OSError, KeyError, ValueError):
+        return None
+
+
+def _earliest_growth(grid: GridSettings, cells: list[dict[str, Any]], *, storage: str,
+                     target: float, initial_batch: int) -> int | None:
+    """Fewest examples seen before a batch grew past ``initial_batch``, over every finished
+    search trial of ``cells`` whose history reached ``target`` (None: none did)."""
+    earliest = None
+    for row in cells:
+        cell = Cell(int(row["network"]), str(row["algorithm"]), str(row["model"]))
+        study = optuna.load_study(study_name=str(row["study"]), storage=storage)
+        for trial in study.get_trials(deepcopy=False,
+                                      states=(optuna.trial.TrialState.COMPLETE,)):
+            ckpt = _checkpoint(grid, cell, trial.number)
+            if ckpt is None or not objective(ckpt["history"], target=target)[1]:
+                continue
+            grew = first_growth(ckpt["history"], initial_batch=initial_batch)
+            if grew is not None and (earliest is None or grew < earliest):
+                earliest = grew
+    return earliest
+
+
+def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, Any]], *,
+          storage: str, network: int, profile: str | None) -> dict[str, Any] | None:
+    base_cell = Cell(int(baseline.get("searched_network", baseline["network"])), BASELINE,
+                     str(baseline["model"]))
+    if baseline.get("best_trial") is None:
+        return None
+    ckpt = _checkpoint(grid, base_cell, int(baseline["best_trial"]))
+    if ckpt is None:
+        return None
+    config = TrainConfig.from_dict(ckpt["config"])
+    if profile is not None:  # the same run costed on another network (its overrides kept)
+        config = dataclasses.replace(config, profile=profile)
+    cost, target = config.cost_model(n_params_of(ckpt)), float(config.target_accuracy)
+    b0 = int(config.damper_kwargs.get("initial", config.per_worker_batch))
+    s = epoch_speedup(cost, examples=int(config.n_train), initial_batch=b0,
+                      per_worker_batch=int(config.per_worker_batch), n_ranks=network)
+    grew = _earliest_growth(grid, damped, storage=storage, target=target, initial_batch=b0)
+    phi = (growth_share(ckpt["history"], cost, target=target, growth_examples=grew)
+           if grew is not None else None)
+    return {"network": network, "model": baseline["model"], "profile": config.profile,
+            "s": s, "phi": phi, "growth_examples": grew,
+            "ceiling": ceiling(s=s, phi=phi) if phi is not None else None}
+
+
+def headroom_rows(cells: list[dict[str, Any]], *, grid: GridSettings, storage: str,
+                  profile: str | None = None) -> list[dict[str, Any]]:
+    """One row per (network, model) of the report's ``cells`` (with shared rows) that has a
+    baseline checkpoint: ``s``, ``phi``, ``growth_examples`` and ``ceiling``, on the grid's
+    profile (or on ``profile``: what the same trials would allow on another network)."""
+    out = []
+    for network, model in sorted({(int(c["network"]), str(c["model"])) for c in cells}):
+        here = [c for c in cells if (int(c["network"]), c["model"]) == (network, model)]
+        baseline = next((c for c in here if c["algorithm"] == BASELINE), None)
+        damped = [c for c in here if not never_grows(str(c["algorithm"]))
+                  and not c.get("shared_from")]
+        row = (_pair(grid, baseline, damped, storage=storage, network=network, profile=profile)
+               if baseline else None)
+        if row is not None:
+            out.append(row)
+    return out
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def headroom_markdown(rows: list[dict[str, Any]],
+                      measured: dict[tuple[int, str], float] | None = None) -> str:
+    """The ceiling table, with the best damped speedup measured beside it when given."""
+    measured = measured or {}
+    lines = ["| model | network | profile | s (epoch at cap vs B0) | φ (share after earliest "
+             "growth) | ceiling | best damped speedup measured |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["model"], r["network"])):
+        lines.append(f"| {r['model']} | {r['network']} | {r['profile']} | {_num(r['s'], '.2f')} "
+                     f"| {_num(r['phi'], '.2f')} | {_num(r['ceiling'], '.2f')}× | "
+                     f"{_num(measured.get((r['network'], r['model'])), '.2f')} |")
+    return "\n".join(lines) + "\n"
