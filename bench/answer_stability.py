@@ -21,7 +21,7 @@ by seed, and the tied-best set. Goals (issue 24):
   the speedup) is <= 10 %, so that "everything is tied" cannot pass;
 * printed: the best damped algorithm's speedup at each network size, with its CI, both runs.
 
-Run: ``python bench/answer_stability.py [--seeds 0,1] [--trials 8] [--validation-seeds 5]
+Run: ``python bench/answer_stability.py [--seeds 0,1] [--trials 8] [--validation-seeds 8]
 [--mode local] [--data-seed 0]``.
 """
 
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="trials per cell (default: the flow's)")
     parser.add_argument("--mode", default="local")
     parser.add_argument("--data-seed", default="0", help="the dataset's seed in every run")
-    parser.add_argument("--validation-seeds", type=int, default=5)
+    parser.add_argument("--validation-seeds", type=int, default=8)
     parser.add_argument("--networks", type=lambda t: [int(x) for x in t.split(",")])
     parser.add_argument("--algorithms", type=lambda t: t.split(","))
     parser.add_argument("--models", type=lambda t: t.split(","))

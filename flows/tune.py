@@ -77,7 +77,7 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
     checkpoint_seconds: float = 30.0, checkpoint_every: int = 0,
     checkpoint_root: str | None = None, max_cluster_lifetime: str | None = None,
     trial_attempts: int = 3, worker_wait: float = 600.0, workers_per_trial: int | None = None,
-    validation_seeds: int = 5, sampler_seed: int | None = None,
+    validation_seeds: int = 8, sampler_seed: int | None = None,
 ) -> list[dict[str, Any]]:
     """Tune every cell's damping; one summary per cell, or ``GridIncomplete`` after it.
 

@@ -117,7 +117,7 @@ class GridSettings:
     workers_per_trial: int = 0
     # held-out training seeds on which each cell's best configuration is retrained after its
     # search (the answer is their mean, with a CI); the same seeds for every cell (0: none)
-    validation_seeds: int = 5
+    validation_seeds: int = 8
     sampler_seed: int | None = None  # of the search's sampler (None: seed)
     extra: dict[str, Any] = field(default_factory=dict)
 
