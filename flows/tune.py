@@ -40,7 +40,7 @@ from tasks.publish import publish_report
 from tasks.report import GridIncomplete, check_run_dir, grid_rows, write_meta, write_summary
 from tasks.search import check_grid_data, storage_for, with_storage_retries
 from tasks.session import open_session
-from tasks.validation import validation_settings
+from tasks.validation import STAGES, matched_cells, source_cell, validation_settings
 from tasks.warmstart import neighbours
 
 __all__ = ["tune", "resolve_locations", "grid_of", "flow_defaults"]
@@ -188,17 +188,19 @@ def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
 
 
 def _stages(settings: GridSettings, cells: list[Cell]) -> list[Cell]:
-    """The search cells, then (with ``validation_seeds``) each one's validation cell."""
+    """The search cells, then (with ``validation_seeds``) each one's validation cell and the
+    matched cells (geodamp with the baseline's best: :func:`tasks.validation.matched_cells`)."""
     if not settings.validation_seeds:
         return list(cells)
-    return list(cells) + [dataclasses.replace(c, stage="validation") for c in cells]
+    return (list(cells) + [dataclasses.replace(c, stage="validation") for c in cells]
+            + matched_cells(cells))
 
 
 def _ready(settings: GridSettings, cell: Cell, cells: list[Cell], finished: set[Cell]) -> bool:
-    """A validation cell waits for its search; a search cell, with warm start, for its
-    neighbours."""
-    if cell.stage == "validation":
-        return cell.searched in finished
+    """A validation or matched cell waits for the search it retrains; a search cell, with
+    warm start, for its neighbours."""
+    if cell.stage != "search":
+        return source_cell(cell, cells) in finished
     return not settings.warm_start or set(neighbours(cell, cells)) <= finished
 
 
@@ -207,7 +209,7 @@ def _cell_parameters(settings: GridSettings, cell: Cell, cells: list[Cell], sess
     search = cell.stage == "search"
     seeds = neighbours(cell, cells) if settings.warm_start and search else []
     return {"settings": settings.to_dict() if search else validation_settings(
-                settings.to_dict()),
+                settings.to_dict(), source=source_cell(cell, cells)),
             "cell_key": cell.key, "cell": _as_dict(cell),
             "session_key": session_key, "max_concurrent_trials": max_concurrent_trials,
             "seed_cells": [_as_dict(c) for c in seeds]}
@@ -331,7 +333,8 @@ def _summarize(settings: GridSettings, cells: list[Cell],
                                  key=f"summary-{settings.grid_name}".lower().replace("_", "-"))
     # the ranking and figures: files, MLflow, Prefect artifacts (a failure is only a warning)
     publish_report(settings, rows, client=client, summary_run_id=summary_run)
-    validated = grid_rows(settings.storage, grid_name=settings.grid_name, stage="validation")
+    validated = [r for stage in STAGES
+                 for r in grid_rows(settings.storage, grid_name=settings.grid_name, stage=stage)]
     if failures or any(r["n_failed"] or r["n_interrupted"] for r in rows + validated):
         incomplete = GridIncomplete(rows, failures, validated)
         logger.error("%s%s", incomplete, f"; stop requested: {interrupt.requested()}"

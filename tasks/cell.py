@@ -92,7 +92,7 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
     submit = {"settings": settings, "cell_key": c.key, "cell": cell, "session_key": session.key,
               "experiment_id": exp_id, "parent_run_id": parent}
     retries = Retries(c.key, attempts=grid.trial_attempts, backoff=grid.retry_backoff)
-    if c.stage == "validation" and not validation_due(study):  # its search has no best yet
+    if c.stage != "search" and not validation_due(study):  # its search has no best yet
         return _finish(session, study, c, exp_id, parent, interrupted=False)
     runner: ThreadPoolTaskRunner[Any]
     with ThreadPoolTaskRunner(max_workers=max_concurrent_trials) as runner:
@@ -122,7 +122,7 @@ def _open_study(grid: GridSettings, c: Cell, seed_cells: list[dict[str, Any]],
     n_train = len(load_dataset(grid.dataset, seed=grid.data_seed,
                                root=grid.data_root or None).y_train)
     study = with_storage_retries(lambda: open_study(grid, c, n_train=n_train))
-    if c.stage == "validation":
+    if c.stage != "search":  # validation, matched
         with_storage_retries(lambda: seed_validation(study, grid, c, leases=session.leases,
                                                      owner=session.key))
     elif grid.warm_start and seed_cells:

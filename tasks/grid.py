@@ -51,7 +51,9 @@ class Cell:
     algorithm: str
     model: str
     # "search": the cell's Optuna search; "validation": its best configuration retrained on
-    # the grid's held-out training seeds (tasks.validation), a study of its own
+    # the grid's held-out training seeds (tasks.validation), a study of its own; "matched":
+    # geodamp with the baseline's best factor and delay on those seeds (the paper's matched
+    # comparison: tasks.validation.matched_cells)
     stage: str = "search"
 
     @property
@@ -202,8 +204,10 @@ def shared_across_networks(algorithm: str, settings: GridSettings) -> bool:
 
 
 def never_grows(algorithm: str) -> bool:
-    """Its batch stays B0: ``sgd``, and the learning-rate decays (``lr_only`` dampers)."""
-    return bool(getattr(DAMPERS[algorithm], "lr_only", False)) or algorithm == "sgd"
+    """Its batch stays B0: ``sgd``, and the learning-rate decays (``lr_only`` dampers); a name
+    that is no damper's (a report's ``geodamp-matched``) grows as its damper does."""
+    damper = DAMPERS.get(algorithm.split("-")[0])
+    return bool(getattr(damper, "lr_only", False)) or algorithm == "sgd"
 
 
 def _check_workers_per_trial(settings: GridSettings, networks: list[int]) -> None:

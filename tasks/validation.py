@@ -8,10 +8,18 @@ trains only the seeds not finished yet). Every cell of the grid uses the **same*
 algorithms of a (network, model) pair are compared seed by seed (paired): the noise the
 seeds share cancels in their ratio. The answer of a cell is the mean over its seeds with a
 95 % confidence interval (Student's t); :mod:`tasks.stats` compares them.
+
+**The matched comparison** (the AdaDamp paper's): ``geodamp`` with the baseline's best
+``factor`` and ``delay`` (``geodamplr``'s, searched once per model), at every network size, on
+the same held-out seeds: a cell of stage ``matched`` (``<grid>/n<P>/geodamp/<model>/matched``),
+shown in the answer as ``geodamp-matched``. Growing the batch and decaying the learning rate by
+the same factor share their trajectory up to the first growth, so their paired ratio has
+little noise: it answers "does damping beat the decay it replaces?" without a search.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from typing import Any
@@ -22,12 +30,36 @@ from tasks.grid import Cell, GridSettings
 from tasks.leases import Leases
 from tasks.search import best_trial, reached_target, storage_for, study_name
 
-__all__ = ["TRAIN_SEED", "VALIDATES", "held_out_seeds", "seed_validation", "validation_due",
-           "validation_rows", "validation_settings"]
+__all__ = ["TRAIN_SEED", "VALIDATES", "MATCHED", "held_out_seeds", "matched_cells",
+           "seed_validation", "source_cell", "validation_due", "validation_rows",
+           "validation_settings"]
 
 TRAIN_SEED = "train_seed"  # Optuna user attribute of a validation trial: its training seed
 VALIDATES = "validates"  # ... and the search trial whose configuration it retrains
 _SEEDED = "validation_seeded"  # study user attribute: the seeds enqueued (once)
+MATCHED = ("geodamp", "geodamplr")  # the matched cell's damper, and whose best it takes
+STAGES = ("validation", "matched")  # the stages trained on the held-out seeds
+
+
+def matched_cells(cells: list[Cell]) -> list[Cell]:
+    """One ``matched`` cell per network size and model whose grid searches both ``geodamp``
+    and the baseline (``geodamplr``)."""
+    damped, baseline = MATCHED
+    models = {c.model for c in cells if c.algorithm == baseline}
+    return [Cell(c.network, damped, c.model, stage="matched") for c in cells
+            if c.algorithm == damped and c.stage == "search" and c.model in models]
+
+
+def source_cell(cell: Cell, cells: list[Cell]) -> Cell:
+    """The search cell whose best configuration ``cell`` retrains: its own search, or for a
+    matched cell the baseline's search at its network size (the smallest, where a baseline
+    that never grows was searched once)."""
+    if cell.stage != "matched":
+        return cell.searched
+    baselines = sorted((c for c in cells if c.algorithm == MATCHED[1]
+                        and c.model == cell.model and c.stage == "search"),
+                       key=lambda c: (c.network != cell.network, c.network))
+    return baselines[0]
 
 
 def held_out_seeds(settings: GridSettings) -> list[int]:
@@ -44,13 +76,17 @@ def held_out_seeds(settings: GridSettings) -> list[int]:
     return seeds
 
 
-def validation_settings(settings: dict[str, Any]) -> dict[str, Any]:
+def validation_settings(settings: dict[str, Any], *,
+                        source: Cell | None = None) -> dict[str, Any]:
     """A validation cell's settings: one trial per held-out seed, trained to the target or
     the budget (no bound: every seed's time is measured), no warm start; the search's trial
-    total is kept (``extra["search_trials"]``): only a finished search is validated."""
+    total is kept (``extra["search_trials"]``): only a finished search is validated; and
+    the search cell whose best it retrains (``extra["source"]``, :func:`source_cell`)."""
+    extra = {**settings.get("extra", {}), "search_trials": settings["trials"]}
+    if source is not None:
+        extra["source"] = dataclasses.asdict(source)
     return {**settings, "trials": settings["validation_seeds"], "pruner": "none",
-            "warm_start": False,
-            "extra": {**settings.get("extra", {}), "search_trials": settings["trials"]}}
+            "warm_start": False, "extra": extra}
 
 
 def _search_finished(searched: optuna.Study, grid: GridSettings) -> bool:
@@ -83,7 +119,8 @@ def seed_validation(study: optuna.Study, grid: GridSettings, cell: Cell, *, leas
 def _seed(study: optuna.Study, grid: GridSettings, cell: Cell) -> int:
     if study.user_attrs.get(_SEEDED):
         return len(study.user_attrs[_SEEDED])
-    searched = optuna.load_study(study_name=study_name(grid, cell.searched),
+    source = Cell(**grid.extra["source"]) if "source" in grid.extra else cell.searched
+    searched = optuna.load_study(study_name=study_name(grid, source),
                                  storage=storage_for(grid.storage))
     best = best_trial(searched.get_trials(deepcopy=False))
     if best is None or not _search_finished(searched, grid):
@@ -92,7 +129,7 @@ def _seed(study: optuna.Study, grid: GridSettings, cell: Cell) -> int:
     there = {t.user_attrs.get(TRAIN_SEED) for t in study.get_trials(deepcopy=False)}
     for seed in (s for s in seeds if s not in there):  # a rerun after a kill mid-way
         study.enqueue_trial(dict(best.params), skip_if_exists=False, user_attrs={
-            TRAIN_SEED: seed, VALIDATES: f"{cell.searched.key}#{best.number}"})
+            TRAIN_SEED: seed, VALIDATES: f"{source.key}#{best.number}"})
     study.set_user_attr(_SEEDED, seeds)
     return len(seeds)
 
@@ -109,13 +146,15 @@ def validation_rows(storage: str, *, grid_name: str) -> list[dict[str, Any]]:
     store = storage_for(storage)
     for s in optuna.get_all_study_summaries(store, include_best_trial=False):
         attrs = s.user_attrs
-        if attrs.get("grid") != grid_name or attrs.get("stage") != "validation":
+        if attrs.get("grid") != grid_name or attrs.get("stage") not in STAGES:
             continue
         study = optuna.load_study(study_name=s.study_name, storage=store)
         done = [t for t in study.get_trials(deepcopy=False)
                 if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
         rows.append({
-            "network": int(attrs["network"]), "algorithm": str(attrs["algorithm"]),
+            "network": int(attrs["network"]),
+            "algorithm": str(attrs["algorithm"]) + ("-matched" if attrs["stage"] == "matched"
+                                                    else ""),
             "model": str(attrs["model"]), "study": s.study_name,
             "values": {int(t.user_attrs[TRAIN_SEED]): float(t.value or 0.0) for t in done},
             "reached": {int(t.user_attrs[TRAIN_SEED]): reached_target(t) for t in done},

@@ -55,11 +55,29 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
         best = min((t for t in search.trials if t.state.name == "COMPLETE"),
                    key=lambda t: t.value)  # every search trial here reaches the target
         assert all(t.params == best.params for t in done), (cell, best.params)
+    # the matched comparison: geodamp with the baseline's best factor and delay, every size
+    baseline = min((t for t in studies["v/n2/geodamplr/mlp"].trials
+                    if t.state.name == "COMPLETE"), key=lambda t: t.value)
+    for network in (2, 4):
+        done = [t for t in studies[f"v/n{network}/geodamp/mlp/matched"].trials
+                if t.state.name == "COMPLETE"]
+        assert sorted(t.user_attrs["train_seed"] for t in done) == sorted(seeds)
+        assert all(t.params == baseline.params for t in done)
+        assert {t.user_attrs["validates"] for t in done} == {
+            f"n2/geodamplr/mlp#{baseline.number}"}
     _, runs = mlflow_runs(run_dir, "v")
     held_out = [r for r in runs if r.data.tags.get("damptune.stage") == "validation"
                 and r.data.tags.get("damptune.kind") == "trial"]
     assert len(held_out) == 9
     assert {int(r.data.params["seed"]) for r in held_out} == set(seeds)
+    matched = [r for r in runs if r.data.tags.get("damptune.stage") == "matched"
+               and r.data.tags.get("damptune.kind") == "trial"]
+    assert len(matched) == 6 and {r.data.params["algorithm"] for r in matched} == {"geodamp"}
+    with open(f"{run_dir}/report/answer.json") as f:
+        answer = {(r["network"], r["algorithm"]): r for r in json.load(f)}
+    for network in (2, 4):
+        row = answer[(network, "geodamp-matched")]
+        assert row["n_seeds"] == 3 and row["speedup"] > 0 and row["speedup_low"] is not None
 
     rows = _report_json(run_dir)
     by = {(r["network"], r["algorithm"]): r for r in rows}
