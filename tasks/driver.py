@@ -28,8 +28,8 @@ from tasks.leases import Leases, leases_for
 from tasks.results import TrialResult, TrialState
 from tasks.search import (
     TARGET_CONSTRAINT,
-    count_finished,
     StorageUnavailable,
+    count_finished,
     sampler_for,
     storage_for,
     with_storage_retries,
@@ -193,19 +193,34 @@ def mark_stale(storage: str, *, owner: str) -> list[tuple[str, int]]:
     started_before = datetime.datetime.now() - datetime.timedelta(seconds=leases.ttl)
     marked = []
     for s in with_storage_retries(store.get_all_studies):
-        running = with_storage_retries(lambda s=s: store.get_all_trials(
-            s._study_id, deepcopy=False, states=(State.RUNNING,)))
-        for t in running:
+        for t in _running_in(store, s._study_id):
             key = _lease_key(s.study_name, t.number)
             if (t.user_attrs.get(DAMPTUNE_STATE) == INTERRUPTED or t.datetime_start is None
                     or t.datetime_start > started_before or not leases.acquire(key, owner)):
                 continue
             try:
-                if with_storage_retries(lambda t=t: store.get_trial(t._trial_id).state
-                                        == State.RUNNING):
-                    with_storage_retries(lambda t=t: store.set_trial_user_attr(
-                        t._trial_id, DAMPTUNE_STATE, INTERRUPTED))
+                if _mark_if_running(store, t._trial_id):
                     marked.append((s.study_name, t.number))
             finally:
                 leases.release(key, owner)
     return marked
+
+
+def _running_in(store: optuna.storages.BaseStorage,
+                study_id: int) -> list[optuna.trial.FrozenTrial]:
+    def read() -> list[optuna.trial.FrozenTrial]:
+        return store.get_all_trials(study_id, deepcopy=False, states=(State.RUNNING,))
+
+    return with_storage_retries(read)
+
+
+def _mark_if_running(store: optuna.storages.BaseStorage, trial_id: int) -> bool:
+    """Mark the trial :data:`INTERRUPTED` if it is still RUNNING (not finished meanwhile)."""
+
+    def mark() -> bool:
+        if store.get_trial(trial_id).state != State.RUNNING:
+            return False
+        store.set_trial_user_attr(trial_id, DAMPTUNE_STATE, INTERRUPTED)
+        return True
+
+    return with_storage_retries(mark)
