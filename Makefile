@@ -5,8 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-gpu run smoke stack-up stack-down stack-status deploy test test-fast lint bench \
-	accuracy clean
+.PHONY: help setup setup-gpu run smoke stack-up stack-down stack-status deploy dashboard test \
+	test-fast lint bench accuracy clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -50,6 +50,19 @@ stack-status: ## PID and health of each service of the local stack
 
 deploy: stack-up ## register the deployments of prefect.yaml with the local Prefect server
 	. runs/stack/stack.env && PWD=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all
+
+# `make dashboard GRID=smoke` for the smoke grid's run directory, STORAGE=URL for any other
+# Optuna storage; DASHBOARD_PORT to move it
+GRID ?= grid
+STORAGE ?= sqlite:///runs/$(GRID)/optuna.db
+DASHBOARD_PORT ?= 8080
+DASHBOARD_STAMP := $(VENV)/.dashboard-installed
+$(DASHBOARD_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e ".[dashboard]"
+	touch $(DASHBOARD_STAMP)
+
+dashboard: $(DASHBOARD_STAMP) ## Optuna dashboard on runs/grid/optuna.db, 127.0.0.1:8080 (GRID=smoke)
+	$(BIN)/python -m infra.dashboard --storage $(STORAGE) --port $(DASHBOARD_PORT)
 
 test: $(STAMP) ## run the whole test suite (what CI runs)
 	$(BIN)/python -m pytest

@@ -6,11 +6,17 @@ finished, each trial's sampler seeded by (grid seed, study, trial number), so a 
 rerun grid asks the same hyperparameters for every trial number. A run trains a trial only
 while it holds the trial's lease (:mod:`tasks.leases`): trials left RUNNING by a dead run are
 taken over, under the same number, once their lease expires.
+
+Optuna has no state for a trial that waits for a rerun: it stays RUNNING. Its user attribute
+``damptune_state`` (:data:`DAMPTUNE_STATE`) says so where Optuna's dashboard shows it:
+``interrupted`` once a run stops it with a checkpoint (or :func:`mark_stale` finds the run that
+trained it dead), ``resumed`` once a rerun continues it (and after it finishes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,20 +24,26 @@ import optuna
 from optuna.distributions import BaseDistribution
 
 from tasks.grid import GridSettings
-from tasks.leases import Leases
+from tasks.leases import Leases, leases_for
 from tasks.results import TrialResult, TrialState
 from tasks.search import (
     TARGET_CONSTRAINT,
+    StorageUnavailable,
     count_finished,
     sampler_for,
+    storage_for,
     with_storage_retries,
 )
 from tasks.validation import TRAIN_SEED
 from tasks.warmstart import SEEDED_FROM
 
-__all__ = ["StudyDriver", "Ticket", "trial_handle"]
+__all__ = ["DAMPTUNE_STATE", "INTERRUPTED", "RESUMED", "StudyDriver", "Ticket", "mark_stale",
+           "trial_handle"]
 
 State = optuna.trial.TrialState
+DAMPTUNE_STATE = "damptune_state"  # user attribute of a trial a run stopped or continued
+INTERRUPTED = "interrupted"  # RUNNING in Optuna, but nothing trains it: a rerun continues it
+RESUMED = "resumed"  # a rerun continued it from its checkpoint (then it finished, or trains)
 
 
 @dataclass(frozen=True)
@@ -66,7 +78,7 @@ class StudyDriver:
         self.owner, self.space, self.batch = owner, space, batch
 
     def lease_key(self, number: int) -> str:
-        return f"{self.study.study_name}#{number}"
+        return _lease_key(self.study.study_name, number)
 
     def _running(self) -> list[optuna.trial.FrozenTrial]:
         return self.study.get_trials(deepcopy=False, states=(State.RUNNING,))
@@ -82,6 +94,7 @@ class StudyDriver:
                 continue
             if self._finished_meanwhile(t):
                 continue
+            self._set_state(t.number, RESUMED)
             tickets.append(_ticket(t))
         return tickets
 
@@ -125,11 +138,24 @@ class StudyDriver:
             lambda: storage.get_trial_id_from_study_id_trial_number(study_id, number))
         return trial_handle(self.study, trial_id)
 
+    def _set_state(self, number: int, value: str, *, attempts: int = 5) -> None:
+        """Set trial ``number``'s :data:`DAMPTUNE_STATE` (it is RUNNING: writable)."""
+        storage, study_id = self.study._storage, self.study._study_id
+
+        def write() -> None:
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+            storage.set_trial_user_attr(trial_id, DAMPTUNE_STATE, value)
+
+        with_storage_retries(write, attempts=attempts)
+
     def record(self, result: TrialResult) -> None:
         """Tell Optuna how the trial ended and release its lease. An INTERRUPTED trial stays
-        RUNNING in Optuna: the next run resumes it."""
+        RUNNING in Optuna, marked :data:`INTERRUPTED`: the next run resumes it."""
         key = self.lease_key(result.number)
         if result.state is TrialState.INTERRUPTED:
+            down = isinstance(result.outage, StorageUnavailable)  # one try, not five
+            with contextlib.suppress(Exception):  # unmarked: mark_stale finds it later
+                self._set_state(result.number, INTERRUPTED, attempts=1 if down else 5)
             with contextlib.suppress(Exception):  # else the lease expires after its TTL
                 self.leases.release(key, self.owner)
             return
@@ -151,3 +177,50 @@ class StudyDriver:
                                                                   result.reason[:2000]))
             with_storage_retries(lambda: self.study.tell(result.number, state=state))
         self.leases.release(key, self.owner)
+
+
+def _lease_key(study_name: str, number: int) -> str:
+    return f"{study_name}#{number}"
+
+
+def mark_stale(storage: str, *, owner: str) -> list[tuple[str, int]]:
+    """Mark :data:`INTERRUPTED` the trials of every study in ``storage`` that a dead run left
+    RUNNING (a SIGKILL, a lost machine: nothing marked them on the way out). Such a trial's
+    lease is free or expired and it started over a lease's TTL ago; ``owner`` holds its lease
+    while marking it, so a run cannot take it over meanwhile. Returns (study, number) of each.
+    """
+    store, leases = storage_for(storage), leases_for(storage)
+    started_before = datetime.datetime.now() - datetime.timedelta(seconds=leases.ttl)
+    marked = []
+    for s in with_storage_retries(store.get_all_studies):
+        for t in _running_in(store, s._study_id):
+            key = _lease_key(s.study_name, t.number)
+            if (t.user_attrs.get(DAMPTUNE_STATE) == INTERRUPTED or t.datetime_start is None
+                    or t.datetime_start > started_before or not leases.acquire(key, owner)):
+                continue
+            try:
+                if _mark_if_running(store, t._trial_id):
+                    marked.append((s.study_name, t.number))
+            finally:
+                leases.release(key, owner)
+    return marked
+
+
+def _running_in(store: optuna.storages.BaseStorage,
+                study_id: int) -> list[optuna.trial.FrozenTrial]:
+    def read() -> list[optuna.trial.FrozenTrial]:
+        return store.get_all_trials(study_id, deepcopy=False, states=(State.RUNNING,))
+
+    return with_storage_retries(read)
+
+
+def _mark_if_running(store: optuna.storages.BaseStorage, trial_id: int) -> bool:
+    """Mark the trial :data:`INTERRUPTED` if it is still RUNNING (not finished meanwhile)."""
+
+    def mark() -> bool:
+        if store.get_trial(trial_id).state != State.RUNNING:
+            return False
+        store.set_trial_user_attr(trial_id, DAMPTUNE_STATE, INTERRUPTED)
+        return True
+
+    return with_storage_retries(mark)

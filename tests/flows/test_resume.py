@@ -10,12 +10,14 @@ import sys
 import threading
 import time
 
+import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
 from damptune import interrupt
 from flows.tune import tune
 from tasks import worklog
+from tasks.driver import DAMPTUNE_STATE, INTERRUPTED, RESUMED
 from tasks.grid import Cell, GridSettings
 from tasks.leases import Leases
 from tasks.report import GridIncomplete
@@ -24,11 +26,22 @@ from tests.flows.grids import GRID, after_first_finished_trial, runs_per_trial, 
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
+
+def _marks(storage):
+    """(study, trial number) -> (Optuna state, damptune_state user attribute or None), as
+    Optuna's dashboard reads them from the storage."""
+    return {(s.study_name, t.number): (t.state.name, t.user_attrs.get(DAMPTUNE_STATE))
+            for s in optuna.get_all_study_summaries(storage)
+            for t in optuna.load_study(study_name=s.study_name, storage=storage).trials}
+
+
 def test_interrupted_grid_resumes_to_the_clean_result(tmp_path, scheduler, clean,
                                                       monkeypatch):
     """Interrupted (a spot reclaim's SIGTERM) after the first trial, then rerun "on another
     machine": a cold compute-calibration cache, so only the calibration kept in each study
-    makes the rerun's trials simulate time as the first run's did."""
+    makes the rerun's trials simulate time as the first run's did. Optuna's storage (what its
+    dashboard shows) says which trials wait for the rerun: the ones left RUNNING carry
+    damptune_state=interrupted, and after the rerun none does (they read resumed)."""
     run_dir = str(tmp_path / "r")
     storage = f"sqlite:///{run_dir}/optuna.db"
 
@@ -41,9 +54,16 @@ def test_interrupted_grid_resumes_to_the_clean_result(tmp_path, scheduler, clean
     rows = stopped.value.rows
     assert sum(r["n_interrupted"] for r in rows) >= 1  # interrupted, not failed
     assert all(r["n_failed"] == 0 for r in rows) and stopped.value.exit_code == 75
+    marks = _marks(storage)
+    waiting = {k for k, (state, _) in marks.items() if state == "RUNNING"}
+    assert waiting and {k for k, (_, m) in marks.items() if m == INTERRUPTED} == waiting, marks
     monkeypatch.setenv("DAMPTUNE_CACHE", str(tmp_path / "another-machine"))
     tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
     assert trials_of(run_dir, "g") == clean  # same numbers, params, states and values
+    marks = _marks(storage)
+    assert not any(m == INTERRUPTED for _, m in marks.values()), marks
+    assert all(marks[k][1] == RESUMED and marks[k][0] in {"COMPLETE", "PRUNED"}
+               for k in waiting), marks
     assert set(runs_per_trial(run_dir, "g").values()) == {1}
 
 
