@@ -114,8 +114,11 @@ class StudyDriver:
 
     def next_batch(self) -> list[Ticket] | None:
         """New trials to train (only those whose lease this run took: between ask and acquire
-        another run may have taken one over), or None when no new trial is due."""
-        remaining = self.settings.trials - count_finished(self.study) - self.held_elsewhere()
+        another run may have taken one over), or None when no new trial is due. Every RUNNING
+        trial counts as due already, leased or not: another run may have asked it and not yet
+        taken its lease (counting only leased ones, two runs starting at once asked one trial
+        too many), and one nobody holds is resumed (:meth:`stale_trials`), never replaced."""
+        remaining = self.settings.trials - count_finished(self.study) - len(self._running())
         if remaining <= 0:
             return None
         tickets: list[Ticket] = []
