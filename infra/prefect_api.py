@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import psutil
+import yaml
 from prefect.client.orchestration import SyncPrefectClient
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.filters import (
@@ -27,17 +28,18 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType, WorkerStatus
 from prefect.client.schemas.sorting import LogSort
-from prefect.events.actions import ChangeFlowRunState
-from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
+from prefect.events.schemas.automations import AutomationCore
 from prefect.exceptions import ObjectNotFound
 from prefect.states import Crashed
 
 __all__ = ["client", "ensure_pool", "worker_online", "ensure_zombie_automation",
            "crash_orphaned_runs", "run_deployment", "read_flow_run", "recent_logs",
-           "ZOMBIE_AUTOMATION", "HEARTBEAT_S"]
+           "ZOMBIE_AUTOMATION", "ZOMBIE_AUTOMATION_FILE", "HEARTBEAT_S"]
 
 HEARTBEAT_S = 30  # PREFECT_FLOWS_HEARTBEAT_FREQUENCY of the worker's flow runs (minimum 30)
-ZOMBIE_AUTOMATION = "damptune: crash flow runs without heartbeats"
+# the zombie-run automation, as `prefect automation create --from-file` takes it; its name:
+ZOMBIE_AUTOMATION_FILE = Path(__file__).resolve().parent / "automation-zombie.yaml"
+ZOMBIE_AUTOMATION = yaml.safe_load(ZOMBIE_AUTOMATION_FILE.read_text())["name"]
 IN_FLIGHT = [StateType.RUNNING, StateType.PENDING, StateType.CANCELLING]
 
 
@@ -71,36 +73,22 @@ def worker_online(api_url: str, pool: str, worker_name: str, *, since: float) ->
 
 
 def ensure_zombie_automation(api_url: str) -> bool:
-    """Create (once) the automation that marks Crashed a flow run whose heartbeats stop.
+    """Create (once, by name) the automation of ``ZOMBIE_AUTOMATION_FILE``: it marks Crashed a
+    flow run whose heartbeats stop.
 
     A machine that dies takes its worker and its flow runs with it: nobody is left to report
     them, and they would show RUNNING for ever. Flow runs of the stack's worker send a
     heartbeat every ``HEARTBEAT_S`` seconds; Prefect's recipe for such "zombies" (a proactive
     trigger on ``prefect.flow-run.heartbeat``, docs: "Detect zombie flows") marks a run Crashed
-    when 3 heartbeats are missing, which also frees its deployment's concurrency slot. Returns
-    True when this call created it.
+    when 3 heartbeats are missing, which also frees its deployment's concurrency slot. The file
+    is read as ``prefect automation create --from-file`` reads it, so that command creates the
+    same automation on a server of your own. Returns True when this call created it.
     """
+    automation = AutomationCore.model_validate(yaml.safe_load(ZOMBIE_AUTOMATION_FILE.read_text()))
     with client(api_url) as c:
-        if c.read_automations_by_name(ZOMBIE_AUTOMATION):
+        if c.read_automations_by_name(automation.name):
             return False
-        c.create_automation(AutomationCore(
-            name=ZOMBIE_AUTOMATION,
-            description="Mark Crashed a flow run that stopped sending heartbeats (its machine "
-                        "or process died); created by python -m infra.stack up.",
-            enabled=True,
-            trigger=EventTrigger(
-                posture=Posture.Proactive, threshold=1, within=timedelta(seconds=3 * HEARTBEAT_S),
-                match={"prefect.resource.id": ["prefect.flow-run.*"]},
-                after={"prefect.flow-run.heartbeat"},
-                expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed",
-                        "prefect.flow-run.Failed", "prefect.flow-run.Cancelled",
-                        "prefect.flow-run.Crashed"},
-                for_each={"prefect.resource.id"}),
-            actions=[ChangeFlowRunState(
-                state=StateType.CRASHED, name=None, force=False,
-                message=f"no heartbeat for {3 * HEARTBEAT_S} s: its process or machine died; "
-                        "run the deployment again to resume")],
-        ))
+        c.create_automation(automation)
     return True
 
 

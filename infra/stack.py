@@ -21,7 +21,8 @@ MLflow: SIGTERM to the process group and every descendant, SIGKILL after a timeo
 in flight when the worker stops are marked Crashed, so that they do not hold their deployment's
 concurrency slot; ``up`` does the same for runs whose process died with an earlier worker.
 Flow runs send heartbeats (every 30 s), and ``up`` creates, once, the automation that marks
-Crashed a run whose heartbeats stop (its machine died, and ``up`` never ran there again).
+Crashed a run whose heartbeats stop (its machine died, and ``up`` never ran there again), from
+``infra/automation-zombie.yaml`` (the file ``prefect automation create --from-file`` takes).
 
 Command line (from the repository root)::
 

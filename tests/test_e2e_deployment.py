@@ -287,3 +287,123 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
                                   storage=f"sqlite:///{run_dir}/optuna.db")
         assert [t.number for t in study.trials] == [0, 1]
         assert all(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
+
+
+# README "Spot clusters": how grid-spot's schedule is turned on (`active: true` on the schedule of
+# slug grid-spot-every-6h in prefect.yaml, then this; the slug makes it update that schedule)
+TURN_ON = "prefect --no-prompt deploy --name grid-spot"
+
+
+def _spot_copy(tmp_path: Path, *, active: bool) -> tuple[Path, dict, dict]:
+    """prefect.yaml's grid-spot alone, changed only where this machine needs it: its schedule
+    every 5 s instead of every 6 h, distributed's SpecCluster of infra/cluster-spec.yaml
+    instead of SLURM, files under ``tmp_path``, a grid of 1 cell, 1 trial, 1 epoch; the
+    schedule ``active`` or not. The path of the copy, the shipped deployment and the copy's."""
+    import copy
+
+    import yaml
+
+    shipped = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text())
+    spot = next(d for d in shipped["deployments"] if d["name"] == "grid-spot")
+    ours = copy.deepcopy(spot)
+    ours["parameters"].update(
+        cluster="infra/cluster-spec.yaml", checkpoint_root=str(tmp_path / "checkpoints"),
+        run_dir=str(tmp_path / "grid"), networks=[NETWORK], algorithms=[ALGORITHM],
+        models=[MODEL], trials=1, epochs=1, target_accuracy=0.3, validation_seeds=0)
+    schedule = ours["schedules"][0]
+    del schedule["cron"]
+    schedule.update(interval=5, active=active)  # due every 5 s; the worker prefetches 10 s
+    path = tmp_path / "prefect.yaml"
+    path.write_text(yaml.safe_dump({**shipped, "deployments": [ours]}, sort_keys=False))
+    return path, spot, ours
+
+
+def _scheduled_runs(api: str, deployment_id: str, stack_dir: Path) -> list[dict]:
+    """The deployment's runs once Prefect's scheduler made some (else fail with its log)."""
+    import time
+
+    runs_filter = {"flow_runs": {"deployment_id": {"any_": [deployment_id]}},
+                   "sort": "EXPECTED_START_TIME_ASC"}
+    deadline = time.monotonic() + 120
+    while not (runs := _api(f"{api}/flow_runs/filter", runs_filter)):
+        if time.monotonic() > deadline:  # e.g. Prefect 3.8.8 with SQLAlchemy 2.1 (pyproject)
+            log = (stack_dir / "logs" / "prefect-server.log").read_text()
+            pytest.fail(f"the scheduler made no run in 120 s; its server's log:\n{log[-3000:]}")
+        time.sleep(2)
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_grid_spot_schedule_runs_with_its_parameters_and_cancels_colliding_runs(
+        tmp_path, monkeypatch):
+    """The grid-spot deployment (a copy of prefect.yaml's, see ``_spot_copy``) is deployed
+    with its schedule off, then turned on as the README says (``active: true``, deploy again:
+    the slug updates the same schedule); Prefect's scheduler creates runs carrying the
+    schedule's parameters over the deployment's; the first one the worker picks up completes
+    on a SpecCluster from a cluster YAML; runs that arrive while it holds the deployment's
+    slot are Cancelled (CANCEL_NEW), never queued. On the same server,
+    `prefect automation create --from-file` takes the zombie automation's file as the stack
+    did."""
+    import time
+    from datetime import datetime
+
+    from infra.prefect_api import ZOMBIE_AUTOMATION, ZOMBIE_AUTOMATION_FILE
+
+    assert TURN_ON in (REPO_ROOT / "README.md").read_text()
+    copy, shipped, ours = _spot_copy(tmp_path, active=False)
+    schedule = shipped["schedules"][0]
+    assert schedule["active"] is False and schedule["slug"] == "grid-spot-every-6h", schedule
+    assert schedule.get("parameters", {}).get("max_cluster_lifetime"), schedule  # not 6 h
+    expected = {**ours["parameters"], **schedule["parameters"]}
+
+    # the scheduler service looks at schedules every 5 s instead of 60; 2 flow runs at once,
+    # so that the worker proposes a colliding run while the first holds the slot
+    monkeypatch.setenv("PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "5")
+    stack_dir = tmp_path / "stack"
+    with running_stack(stack_dir, prefect_port=free_port(), mlflow_port=free_port(),
+                       worker_limit=2) as stack:
+        env = {**os.environ, **stack.env}
+        api = stack.prefect_api_url
+        _cli(env, *TURN_ON.split()[2:], "--prefect-file", str(copy))
+        off = _api(f"{api}/deployments/name/tune/grid-spot")["schedules"]
+        assert [(s["slug"], s["active"], s["parameters"]) for s in off] == [
+            (schedule["slug"], False, schedule["parameters"])], off
+
+        _spot_copy(tmp_path, active=True)  # what a user edits in prefect.yaml, then TURN_ON
+        _cli(env, *TURN_ON.split()[2:], "--prefect-file", str(copy))
+        deployment = _api(f"{api}/deployments/name/tune/grid-spot")
+        assert [(s["id"], s["active"]) for s in deployment["schedules"]] == [
+            (off[0]["id"], True)], deployment["schedules"]  # the same schedule, turned on
+
+        _cli(env, "automation", "create", "--from-file", str(ZOMBIE_AUTOMATION_FILE))
+        zombies = [a for a in _api(f"{api}/automations/filter", {})
+                   if a["name"] == ZOMBIE_AUTOMATION]
+        assert len(zombies) == 2, zombies  # the stack's, and the CLI's from the same file
+        same = [{**a["trigger"], "id": None} for a in zombies]  # a trigger has its own id
+        assert same[0] == same[1] and zombies[0]["actions"] == zombies[1]["actions"]
+
+        runs = _scheduled_runs(api, deployment["id"], stack_dir)
+        deadline = time.monotonic() + 600
+        while not (ended := [r for r in runs if r["state"]["type"] in (
+                "COMPLETED", "FAILED", "CRASHED")]) and time.monotonic() < deadline:
+            time.sleep(2)
+            runs = _scheduled_runs(api, deployment["id"], stack_dir)
+        assert ended, [(r["name"], r["state"]["name"]) for r in runs]
+        first = ended[0]
+        assert first["state"]["type"] == "COMPLETED", _flow_run_logs(api, first["id"])
+        for run in runs:  # every scheduled run: the deployment's parameters, the schedule's
+            assert run["auto_scheduled"] and run["parameters"] == {
+                **run["parameters"], **expected}, run["parameters"]
+
+        held = {s["type"]: datetime.fromisoformat(s["timestamp"]) for s in _api(
+            f"{api}/flow_run_states/?flow_run_id={first['id']}")}
+        cancelled = [r for r in runs if r["state"]["type"] == "CANCELLED" and held["PENDING"]
+                     <= datetime.fromisoformat(r["state"]["timestamp"]) <= held["COMPLETED"]]
+        assert cancelled, [(r["name"], r["state"]) for r in runs]
+        assert all(r["state"]["message"] == "Deployment concurrency limit reached."
+                   for r in cancelled), cancelled
+        assert not [r for r in runs if r["state"]["name"] == "AwaitingConcurrencySlot"]
+        study = optuna.load_study(study_name=f"grid-spot/n{NETWORK}/{ALGORITHM}/{MODEL}",
+                                  storage=f"sqlite:///{tmp_path / 'grid'}/optuna.db")
+        assert [t.state.name for t in study.trials] in (["COMPLETE"], ["PRUNED"])
