@@ -127,12 +127,20 @@ def report(runs: dict[int, Answer]) -> None:
 
 
 def _speedups(runs: dict[int, Answer], pairs: list[tuple[int, str]]) -> None:
-    print(f"\nbest damped algorithm's speedup over {BASELINE} [95 % CI], per network size:")
+    for label, names in (("best damped algorithm", DAMPED),
+                         ("matched comparison (geodamp at the baseline's factor and delay)",
+                          ("geodamp-matched",))):
+        print(f"\n{label}: speedup over {BASELINE} [95 % CI], per network size:")
+        _speedup_lines(runs, pairs, names)
+
+
+def _speedup_lines(runs: dict[int, Answer], pairs: list[tuple[int, str]],
+                   names: tuple[str, ...]) -> None:
     for s in sorted(runs):
         for model in sorted({m for _, m in pairs}):
             parts = []
             for n in sorted({n for n, m in pairs if m == model}):
-                damped = [r for r in runs[s][(n, model)] if r["algorithm"] in DAMPED]
+                damped = [r for r in runs[s][(n, model)] if r["algorithm"] in names]
                 best = damped[0] if damped else None
                 parts.append(f"n{n} " + ("-" if best is None or best["speedup"] is None else
                                          f"{best['algorithm']} {best['speedup']:.2f}x"
