@@ -195,8 +195,10 @@ def _version(client: MlflowClient, name: str, model_id: str, *, grid: str, key: 
              run_id: str) -> str:
     """The version of ``name`` holding logged model ``model_id``, created if there is none
     (as ``mlflow.register_model("models:/<id>")`` does, with the model's tag
-    ``mlflow.modelVersions`` naming it)."""
-    source = f"models:/{model_id}"
+    ``mlflow.modelVersions`` naming it, the version linked to the model and its run)."""
+    # the model's artifact location, not "models:/<id>": MLflow 3.17's SQLite registry looks
+    # that up through its global tracking URI (a stray ./mlflow.db), not its own store
+    source = client.get_logged_model(model_id).artifact_location
     try:
         client.create_registered_model(name, tags={tracking.GRID_TAG: grid}, description=(
             f"The best of grid {grid}'s search at this (network, model); alias {ALIAS!r}."))
@@ -204,7 +206,7 @@ def _version(client: MlflowClient, name: str, model_id: str, *, grid: str, key: 
         if "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
             raise
     for version in client.search_model_versions(f"name = '{name}'"):
-        if version.source == source:
+        if version.source == source or getattr(version, "model_id", None) == model_id:
             return str(version.version)
     created = client.create_model_version(name, source, run_id=run_id or None,
                                           description=f"{key}'s best trial", model_id=model_id)

@@ -86,7 +86,12 @@ def test_registry_best_loads_and_predicts_as_the_best_trial(tmp_path, scheduler,
         server.wait()
 
 
-def test_system_metrics_false_logs_none(tmp_path, scheduler, monkeypatch):
+def test_without_servers_the_best_is_registered_and_system_metrics_false_logs_none(
+        tmp_path, scheduler, monkeypatch):
+    """MLflow on SQLite (``damptune tune`` without servers): the registry holds the best too,
+    nothing is written to the working directory's default store, and with
+    ``system_metrics=False`` the trials' runs have no ``system/`` metrics."""
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
     run_dir = str(tmp_path / "off")
     tune(grid_name="off", run_dir=run_dir, cluster=scheduler, system_metrics=False,
@@ -97,3 +102,9 @@ def test_system_metrics_false_logs_none(tmp_path, scheduler, monkeypatch):
     assert len(runs) == 2
     assert all(not _system_metrics(client, r.info.run_id) for r in runs)
     assert all(r.data.metrics.get("objective") is not None for r in runs)  # they did train
+    assert not (tmp_path / "mlflow.db").exists()  # MLflow's default store: untouched
+    best = client.get_model_version_by_alias("off-mlp-n2", "best")
+    assert client.get_run(best.run_id).data.tags["damptune.cell"] == "n2/geodamp/mlp"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{run_dir}/mlflow.db")
+    model = mlflow.pyfunc.load_model("models:/off-mlp-n2@best")
+    assert np.asarray(model.predict(load_dataset("mnist1d", seed=0).X_test[:3])).shape == (3, 10)
