@@ -6,6 +6,8 @@ server, Optuna on SQLite, a real Dask cluster)."""
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 
 import mlflow
 import numpy as np
@@ -108,3 +110,22 @@ def test_without_servers_the_best_is_registered_and_system_metrics_false_logs_no
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{run_dir}/mlflow.db")
     model = mlflow.pyfunc.load_model("models:/off-mlp-n2@best")
     assert np.asarray(model.predict(load_dataset("mnist1d", seed=0).X_test[:3])).shape == (3, 10)
+
+
+def test_cli_no_system_metrics_turns_them_off(tmp_path, scheduler):
+    """`damptune tune --no-system-metrics` (a real process): its trials' runs have none."""
+    run_dir = tmp_path / "cli"
+    env = {**os.environ, "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    done = subprocess.run(
+        [sys.executable, "-m", "damptune", "tune", "--networks", "2", "--algorithms",
+         "geodamp", "--models", "mlp", "--trials", "2", "--epochs", "3", "--target", "0.45",
+         "--validation-seeds", "0", "--grid-name", "cli", "--run-dir", str(run_dir),
+         "--cluster", scheduler, "--no-progress", "--no-system-metrics"],
+        capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{run_dir}/mlflow.db")
+    exp = client.get_experiment_by_name("damptune-cli")
+    runs = client.search_runs([exp.experiment_id], "tags.`damptune.kind` = 'trial'")
+    assert len(runs) == 2 and all(r.data.metrics.get("objective") is not None for r in runs)
+    assert all(not _system_metrics(client, r.info.run_id) for r in runs)
