@@ -333,7 +333,8 @@ def _summarize(settings: GridSettings, cells: list[Cell],
                                  key=f"summary-{settings.grid_name}".lower().replace("_", "-"))
     # the ranking and figures: files, MLflow, Prefect artifacts (a failure is only a warning)
     publish_report(settings, rows, client=client, summary_run_id=summary_run)
-    publish_models(settings, rows, client=client)  # the registry's best per (network, model)
+    if summary_run:  # MLflow answers: the registry's best per (network, model)
+        publish_models(settings, rows, client=client)
     validated = grid_rows(settings.storage, grid_name=settings.grid_name, stage="validation")
     if failures or any(r["n_failed"] or r["n_interrupted"] for r in rows + validated):
         incomplete = GridIncomplete(rows, failures, validated)

@@ -96,7 +96,7 @@ def log_best_of_cell(client: MlflowClient, grid: GridSettings, cell: Cell, exp_i
                      parent: str, *, best_trial: int, checkpoint: str) -> str | None:
     """:func:`log_cell_model` for a search cell's best trial (``best_trial``, its checkpoint
     at ``checkpoint``). A failure is a warning (the trial's results and checkpoint are kept;
-    a rerun logs it): returns the model's id, or None."""
+    a rerun logs it), except MLflow staying unreachable: returns the model's id, or None."""
     try:
         run_id = tracking.find_trial_run(client, exp_id, cell_key=cell.key, number=best_trial)
         if run_id is None:
@@ -105,6 +105,8 @@ def log_best_of_cell(client: MlflowClient, grid: GridSettings, cell: Cell, exp_i
         return tracking.with_retries(lambda: log_cell_model(
             client, exp_id, parent=parent, cell=cell, run_id=run_id, checkpoint=checkpoint,
             ds=ds, data_seed=grid.data_seed), what="logging the cell's best model")
+    except tracking.TrackingUnavailable:
+        raise  # MLflow is down: the cell's run cannot be tagged either (its caller says so)
     except Exception as exc:  # noqa: BLE001 - the trial's results stay in Optuna and MLflow
         log.warning("%s: its best trial %s was not logged as an MLflow model: %s: %s",
                     cell.key, best_trial, type(exc).__name__, tracking.redact(str(exc))[:500])
