@@ -116,7 +116,7 @@ def run_trial(
     except OUTAGES as exc:
         return TrialResult(number, TrialState.INTERRUPTED, params, reason=str(exc), outage=exc)
     finally:
-        logger.stop_system_metrics()  # its run may be left open (an outage): not its monitor
+        logger.stop_system_metrics(wait=False)  # a run left open (an outage): not its monitor
 
 
 def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any], ds: Dataset,

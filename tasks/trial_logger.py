@@ -118,11 +118,16 @@ class MlflowTrialLogger:
                               what=f"ending the trial's run ({status})")
 
 
-    def stop_system_metrics(self) -> None:
-        """Stop the run's system metrics (sending the last ones); idempotent."""
+    def stop_system_metrics(self, *, wait: bool = True) -> None:
+        """Stop the run's system metrics (waiting to send the last ones); idempotent. Without
+        ``wait`` (MLflow may not answer) only tell the monitor's thread to stop."""
         monitor, self.monitor = self.monitor, None
-        if monitor is not None:
+        if monitor is None:
+            return
+        if wait:
             monitor.finish()
+        else:  # MLflow's monitor has no public stop that does not wait for its last request
+            monitor._shutdown_event.set()
 
 
 def _measured_overhead(state: TrainState) -> dict[str, float | None]:
