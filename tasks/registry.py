@@ -138,9 +138,11 @@ def _log_model(client: MlflowClient, exp_id: str, *, run_id: str, checkpoint: st
         client.log_model_artifacts(logged.model_id, local)
     client.finalize_logged_model(logged.model_id, "READY")
     client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
-    metrics = [Metric(k, float(v), 0, 0, model_id=logged.model_id, run_id=run_id)
-               for k, v in run.data.metrics.items() if k in MODEL_METRICS]
-    client.log_batch(run_id, metrics=metrics)
+    # each metric's last value again, with the model: the run's history stays as it was
+    last = [max(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
+            for key in MODEL_METRICS if key in run.data.metrics]
+    client.log_batch(run_id, metrics=[Metric(m.key, m.value, m.timestamp, m.step, run_id=run_id,
+                                             model_id=logged.model_id) for m in last])
     tracking.set_tags(client, run_id, {MODEL_TAG: logged.model_id})
     return str(logged.model_id)
 

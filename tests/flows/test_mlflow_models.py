@@ -34,7 +34,7 @@ def _best_trial_weights(run_dir, rows):
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     module = MLP(input_shape=(40,), n_classes=10)
     module.load_state_dict(ckpt["model"])
-    return best, module.eval()
+    return best, module.eval(), ckpt["history"]
 
 
 def _system_metrics(client, run_id):
@@ -52,7 +52,7 @@ def test_registry_best_loads_and_predicts_as_the_best_trial(tmp_path, scheduler,
     run_dir = str(tmp_path / "r")
     try:
         rows = tune(grid_name="g", run_dir=run_dir, cluster=scheduler, tracking_uri=uri, **GRID)
-        best, trained = _best_trial_weights(run_dir, rows)
+        best, trained, evaluated = _best_trial_weights(run_dir, rows)
         ds = load_dataset("mnist1d", seed=0)
 
         loaded = mlflow.pyfunc.load_model("models:/g-mlp-n2@best")
@@ -69,8 +69,15 @@ def test_registry_best_loads_and_predicts_as_the_best_trial(tmp_path, scheduler,
         assert run.data.tags["damptune.trial_number"] == str(best["best_trial"])
         # its accuracy on the test set is the last one the trial logged
         accuracy = float(np.mean(np.argmax(loaded.predict(ds.X_test), 1) == ds.y_test))
-        last = client.get_metric_history(run.info.run_id, "test_accuracy")[-1].value
-        assert accuracy == pytest.approx(last, abs=1e-9)
+        history = client.get_metric_history(run.info.run_id, "test_accuracy")
+        last = max(history, key=lambda m: (m.step, m.timestamp))
+        assert accuracy == pytest.approx(last.value, abs=1e-9)
+        # one point per evaluation of the trial: logging its model added none
+        assert len(history) == sum(r["kind"] == "eval" for r in evaluated)
+        # the model in MLflow's Models tab shows the trial's final metrics
+        [logged] = client.search_logged_models(
+            [run.info.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'")
+        assert {m.key: m.value for m in logged.metrics}["test_accuracy"] == last.value
         # the dataset is the run's input: name, digest, data_seed
         [data] = run.inputs.dataset_inputs
         assert (data.dataset.name, data.dataset.digest) == ("mnist1d", ds.digest())
