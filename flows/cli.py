@@ -90,6 +90,8 @@ def register_tune(sub: Any) -> None:
                        else kind, help=help_text + " (default: the flow's)")
     t.add_argument("--no-warm-start", dest="warm_start", action="store_false",
                    help="do not seed cells with their finished neighbours' best")
+    t.add_argument("--no-system-metrics", dest="system_metrics", action="store_false",
+                   help="no MLflow system metrics (CPU, memory, ...) on the trials' runs")
     t.add_argument("--no-progress", dest="no_progress", action="store_true")
     t.set_defaults(handler=_tune)
 
@@ -116,8 +118,9 @@ def _tune(args: argparse.Namespace) -> int:
     from tasks.report import GridIncomplete
 
     given = {dest: getattr(args, dest) for _, dest, _, _ in _TUNE_OPTIONS if hasattr(args, dest)}
-    if hasattr(args, "warm_start"):
-        given["warm_start"] = args.warm_start
+    for switch in ("warm_start", "system_metrics"):
+        if hasattr(args, switch):
+            given[switch] = getattr(args, switch)
     settings, cells = grid_of(given)  # bad input fails here, before any server starts
     # this process is the run: a SIGTERM checkpoints the trials, and the grid ends interrupted
     # (exit status 75) instead of the process dying by the signal

@@ -37,6 +37,7 @@ from tasks.grid import (
 )
 from tasks.locations import check_locations
 from tasks.publish import publish_report
+from tasks.registry import publish_models
 from tasks.report import GridIncomplete, check_run_dir, grid_rows, write_meta, write_summary
 from tasks.search import check_grid_data, storage_for, with_storage_retries
 from tasks.session import open_session
@@ -77,7 +78,7 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
     checkpoint_seconds: float = 30.0, checkpoint_every: int = 0,
     checkpoint_root: str | None = None, max_cluster_lifetime: str | None = None,
     trial_attempts: int = 3, worker_wait: float = 600.0, workers_per_trial: int | None = None,
-    validation_seeds: int = 8, sampler_seed: int | None = None,
+    validation_seeds: int = 8, sampler_seed: int | None = None, system_metrics: bool = True,
 ) -> list[dict[str, Any]]:
     """Tune every cell's damping; one summary per cell, or ``GridIncomplete`` after it.
 
@@ -119,6 +120,7 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
         workers_per_trial: Dask workers per trial (0: one per rank; None: README "Clusters").
         validation_seeds: held-out training seeds each cell's best is retrained on (0 to 100).
         sampler_seed: integer seed of the search's sampler (None: seed).
+        system_metrics: true: MLflow's system metrics (CPU, memory, ...) on every trial's run.
     """
     return _tune(dict(locals()))
 
@@ -252,7 +254,7 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
         checkpoint_root=params["checkpoint_root"] or "",
         max_cluster_lifetime=lifetime or 0.0, trial_attempts=params["trial_attempts"],
         worker_wait=params["worker_wait"], validation_seeds=params["validation_seeds"],
-        sampler_seed=params["sampler_seed"],
+        sampler_seed=params["sampler_seed"], system_metrics=params["system_metrics"],
     )
     positive_int("max_concurrent_cells", params["max_concurrent_cells"])
     positive_int("max_concurrent_trials", params["max_concurrent_trials"])
@@ -333,6 +335,8 @@ def _summarize(settings: GridSettings, cells: list[Cell],
                                  key=f"summary-{settings.grid_name}".lower().replace("_", "-"))
     # the ranking and figures: files, MLflow, Prefect artifacts (a failure is only a warning)
     publish_report(settings, rows, client=client, summary_run_id=summary_run)
+    if summary_run:  # MLflow answers: the registry's best per (network, model)
+        publish_models(settings, rows, client=client)
     validated = [r for stage in STAGES
                  for r in grid_rows(settings.storage, grid_name=settings.grid_name, stage=stage)]
     if failures or any(r["n_failed"] or r["n_interrupted"] for r in rows + validated):

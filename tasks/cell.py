@@ -22,6 +22,7 @@ from tasks import tracking
 from tasks.driver import StudyDriver, Ticket
 from tasks.faults import Retries, is_infrastructure_fault
 from tasks.grid import Cell, GridSettings
+from tasks.registry import log_best_of_cell
 from tasks.results import TrialResult, TrialState
 from tasks.search import (
     best_trial,
@@ -33,7 +34,7 @@ from tasks.search import (
     with_storage_retries,
 )
 from tasks.session import Session, session_for
-from tasks.trial import run_trial
+from tasks.trial import checkpoint_path, run_trial
 from tasks.validation import seed_validation, validation_due
 from tasks.warmstart import seed_study, seeds_of
 
@@ -93,7 +94,7 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
               "experiment_id": exp_id, "parent_run_id": parent}
     retries = Retries(c.key, attempts=grid.trial_attempts, backoff=grid.retry_backoff)
     if c.stage != "search" and not validation_due(study):  # its search has no best yet
-        return _finish(session, study, c, exp_id, parent, interrupted=False)
+        return _finish(session, study, grid, c, exp_id, parent, interrupted=False)
     runner: ThreadPoolTaskRunner[Any]
     with ThreadPoolTaskRunner(max_workers=max_concurrent_trials) as runner:
         while True:
@@ -102,17 +103,17 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
                 if not driver.held_elsewhere():
                     break
                 if interrupt.requested():
-                    return _finish(session, study, c, exp_id, parent, interrupted=True)
+                    return _finish(session, study, grid, c, exp_id, parent, interrupted=True)
                 time.sleep(min(5.0, session.leases.ttl / 4))
                 continue
             results = _run_batch(runner, driver, batch, submit)
             if any(r.state is TrialState.INTERRUPTED and r.fault is None for r in results):
-                return _finish(session, study, c, exp_id, parent, interrupted=True)
+                return _finish(session, study, grid, c, exp_id, parent, interrupted=True)
             faults = [r for r in results if r.fault is not None]
             if faults and not retries.back_off(faults):  # attempts used up: stop the cell
-                _finish(session, study, c, exp_id, parent, interrupted=True)
+                _finish(session, study, grid, c, exp_id, parent, interrupted=True)
                 raise retries.error(faults)
-    return _finish(session, study, c, exp_id, parent, interrupted=False)
+    return _finish(session, study, grid, c, exp_id, parent, interrupted=False)
 
 
 def _open_study(grid: GridSettings, c: Cell, seed_cells: list[dict[str, Any]],
@@ -190,13 +191,17 @@ def _log(result: TrialResult, cell_key: str) -> None:
                  result.state.value, result.value, result.params)
 
 
-def _finish(session: Session, study: optuna.Study, c: Cell, exp_id: str, parent: str, *,
-            interrupted: bool) -> dict[str, Any]:
+def _finish(session: Session, study: optuna.Study, grid: GridSettings, c: Cell, exp_id: str,
+            parent: str, *, interrupted: bool) -> dict[str, Any]:
     """Tag the parent run with the best trial and the counts; return the cell's summary."""
 
     def tag() -> dict[str, Any]:
         session.plots.wait(tracking.trial_run_ids(session.tracking, exp_id, cell_key=c.key))
         summary = summarize(study, c)
+        best = summary["best_trial"]
+        if c.stage == "search" and not interrupted and best is not None:  # as an MLflow model
+            log_best_of_cell(session.tracking, grid, c, exp_id, parent, best_trial=best,
+                             checkpoint=checkpoint_path(grid, c, best))
         tracking.tag_cell_run(session.tracking, exp_id, parent, cell_key=c.key,
                               summary=summary, interrupted=interrupted)
         return {**summary, "parent_run_id": parent, "interrupted": interrupted}

@@ -120,6 +120,8 @@ class GridSettings:
     # held-out training seeds on which each cell's best configuration is retrained after its
     # search (the answer is their mean, with a CI); the same seeds for every cell (0: none)
     validation_seeds: int = 8
+    # MLflow's system metrics (CPU, memory, disk, network, GPU) on every trial's run
+    system_metrics: bool = True
     sampler_seed: int | None = None  # of the search's sampler (None: seed)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -161,6 +163,8 @@ def cells_of(
             or not 0 <= settings.validation_seeds <= 100):
         raise ConfigError("validation_seeds", settings.validation_seeds,
                           "an integer from 0 (no validation) to 100")
+    if not isinstance(settings.system_metrics, bool):
+        raise ConfigError("system_metrics", settings.system_metrics, "true or false")
     _per_model("target_accuracy", settings.target_accuracy, models,
                lambda name, v: number_in(name, v, 0, 1, "an accuracy in (0, 1]"))
     _per_model("epochs", settings.epochs, models,

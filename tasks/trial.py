@@ -30,6 +30,7 @@ from tasks.faults import is_infrastructure_fault
 from tasks.grid import Cell, GridSettings
 from tasks.leases import Heartbeat
 from tasks.objective import objective
+from tasks.registry import dataset_input
 from tasks.results import TrialResult, TrialState
 from tasks.search import StorageUnavailable, best_value, open_study
 from tasks.session import Session, session_for
@@ -102,18 +103,20 @@ def run_trial(
     """
     grid, c = GridSettings(**settings), Cell(**cell)
     session = session_for(session_key)
-    logger = MlflowTrialLogger(session.tracking, session.plots,
-                               metrics_every=grid.metrics_every, target=grid.target_for(c.model))
+    logger = MlflowTrialLogger(session.tracking, session.plots, metrics_every=grid.metrics_every,
+                               target=grid.target_for(c.model), system_metrics=grid.system_metrics)
     ds = load_dataset(grid.dataset, seed=grid.data_seed, root=grid.data_root or None)
     try:
         logger.open(experiment_id, parent_run_id=parent_run_id, cell_key=cell_key,
                     number=number, params=_run_params(grid, c, params, ds, train_seed),
-                    seeded_from=seeded_from)
+                    seeded_from=seeded_from, dataset=dataset_input(ds, data_seed=grid.data_seed))
         return _train(grid, c, ds, number=number, trial_id=trial_id, params=params,
                       session=session, logger=logger, lease_key=lease_key,
                       train_seed=train_seed)
     except OUTAGES as exc:
         return TrialResult(number, TrialState.INTERRUPTED, params, reason=str(exc), outage=exc)
+    finally:
+        logger.stop_system_metrics(wait=False)  # a run left open (an outage): not its monitor
 
 
 def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any], ds: Dataset,

@@ -1,9 +1,13 @@
-"""All MLflow code of one trial: its run (nested under its cell's), metrics, tags and plots."""
+"""All MLflow code of one trial: its run (nested under its cell's), its dataset input, metrics,
+system metrics, tags and plots."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from mlflow.entities import DatasetInput
+from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 from mlflow.tracking import MlflowClient
 
 from damptune import EvalRecord, Record, TrainState, UpdateRecord
@@ -13,6 +17,8 @@ from tasks.results import TrialResult, TrialState
 
 __all__ = ["MlflowTrialLogger", "UPDATE_METRICS"]
 
+# its start and stop are logged at INFO, twice per trial
+logging.getLogger("mlflow.system_metrics.system_metrics_monitor").setLevel(logging.WARNING)
 UPDATE_METRICS = ("loss", "batch_size", "lr", "damping", "n_workers", "examples_seen",
                   "time_elapsed", "time_sim", "time_compute", "time_comm", "time_damper")
 
@@ -22,21 +28,29 @@ class MlflowTrialLogger:
     every change of batch size or ranks, evaluation metrics (sent every few seconds), the work each
     resumed attempt redoes, final metrics, the state tag and the plots.
 
-    The run is created once and found again on a rerun (same trial number → same run).
+    The run is created once and found again on a rerun (same trial number → same run). With
+    ``system_metrics``, MLflow's system metrics (``system/…``: CPU, memory, disk, network,
+    GPU where there is one, of the machine that runs the trial's task) are logged while the
+    run is open, every ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` seconds (MLflow's
+    default: 10).
     """
 
     def __init__(self, client: MlflowClient, plots: tracking.PlotQueue, *, metrics_every: int,
-                 target: float) -> None:
+                 target: float, system_metrics: bool = False) -> None:
         self.client, self.plots = client, plots
         self.metrics_every, self.target = metrics_every, target
         self.run_id = ""
         self.metrics: tracking.MetricBuffer | None = None
+        self.system_metrics = system_metrics
+        self.monitor: SystemMetricsMonitor | None = None
         self.last: dict[str, Any] = {"batch_size": None, "n_workers": None}
 
     def open(self, experiment_id: str, *, parent_run_id: str, cell_key: str, number: int,
-             params: dict[str, Any], seeded_from: str = "") -> str:
+             params: dict[str, Any], seeded_from: str = "",
+             dataset: DatasetInput | None = None) -> str:
         """Create (or find again) the trial's run and mark it RUNNING (tagged
-        ``damptune.seeded_from`` when a warm start enqueued it); returns its id."""
+        ``damptune.seeded_from`` when a warm start enqueued it), with ``dataset`` as its
+        input; start its system metrics; returns its id."""
         self.run_id = tracking.with_retries(lambda: tracking.child_run(
             self.client, experiment_id, parent_id=parent_run_id, cell_key=cell_key,
             number=number, params=params), what="creating the trial's run")
@@ -46,7 +60,14 @@ class MlflowTrialLogger:
                 what="tagging the trial's run")
         tracking.with_retries(lambda: self.client.update_run(self.run_id, status="RUNNING"),
                               what="reopening the run")  # a resumed trial continues its run
+        if dataset is not None:  # MLflow keeps one input per dataset and run: a rerun adds none
+            tracking.with_retries(lambda: self.client.log_inputs(self.run_id, [dataset]),
+                                  what="logging the trial's dataset")
         self.metrics = tracking.MetricBuffer(self.client, self.run_id)
+        if self.system_metrics:  # a resumed run continues its steps
+            self.monitor = SystemMetricsMonitor(self.run_id, resume_logging=True,
+                                                tracking_uri=str(self.client.tracking_uri))
+            self.monitor.start()
         return self.run_id
 
     def __call__(self, record: Record) -> None:
@@ -90,10 +111,23 @@ class MlflowTrialLogger:
 
     def end(self, status: str) -> None:
         """Flush what is buffered and end the run with ``status`` (KILLED, FAILED, FINISHED)."""
+        self.stop_system_metrics()
         if self.metrics is not None:
             self.metrics.flush()
         tracking.with_retries(lambda: self.client.set_terminated(self.run_id, status=status),
                               what=f"ending the trial's run ({status})")
+
+
+    def stop_system_metrics(self, *, wait: bool = True) -> None:
+        """Stop the run's system metrics (waiting to send the last ones); idempotent. Without
+        ``wait`` (MLflow may not answer) only tell the monitor's thread to stop."""
+        monitor, self.monitor = self.monitor, None
+        if monitor is None:
+            return
+        if wait:
+            monitor.finish()
+        else:  # MLflow's monitor has no public stop that does not wait for its last request
+            monitor._shutdown_event.set()
 
 
 def _measured_overhead(state: TrainState) -> dict[str, float | None]:
