@@ -115,6 +115,20 @@ def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path):
         assert len(held_out) == 2 and all(t["damptune.stage"] == "validation"
                                           for t in held_out), tags
 
+        # bad input through the deployment: the flow run ends Failed with the ConfigError's
+        # text, and nothing reaches the grid's stores (no run directory, no new MLflow run)
+        bad_dir = tmp_path / "bad"
+        created = _cli(env, "deployment", "run", "tune/smoke", "--param", "trials=0",
+                       "--param", f"run_dir={json.dumps(str(bad_dir))}")
+        bad = next(line.split()[-1] for line in created.stdout.splitlines() if "UUID" in line)
+        bad_state = wait_for_flow_run(stack.prefect_api_url, bad, timeout_s=300)["state"]
+        assert bad_state["type"] == "FAILED", bad_state
+        assert "trials=0 is not accepted" in (bad_state.get("message") or ""), bad_state
+        assert not bad_dir.exists()
+        after = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/runs/search",
+                     {"experiment_ids": [experiment["experiment_id"]], "max_results": 100})
+        assert len(after.get("runs", [])) == len(runs), after
+
         # the MLflow UI page of the experiment, as a user sees it
         if not CHROMIUM.exists():
             if os.environ.get("CI"):  # .ci/run installs it: its absence there is a defect
