@@ -167,6 +167,7 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path):
     import time
 
     import psutil
+    from mlflow.tracking import MlflowClient
 
     from infra.stack import up
 
@@ -240,6 +241,31 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path):
                 trial_keys.append((tags["damptune.cell"], tags["damptune.trial_number"]))
         # 6 search trials and 2 held-out seeds per cell (the smoke deployment), once each
         assert len(trial_keys) == 10 and len(set(trial_keys)) == 10
+
+        # cancelled from the API mid-grid (`prefect flow-run cancel`): the run ends Cancelled,
+        # and a rerun ends equal to the clean run, one MLflow run per trial
+        cancel_dir = tmp_path / "cancelled"
+        cancel_args = run_args(run_dir=str(cancel_dir),
+                               tracking_uri=f"sqlite:///{cancel_dir}/mlflow.db")
+        third = started(_cli(env, "deployment", "run", "tune/smoke", *cancel_args))
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not list(cancel_dir.rglob("*.pt")):
+            time.sleep(0.2)  # until trials train
+        _cli(env, "flow-run", "cancel", third)
+        cancelled = wait_for_flow_run(stack.prefect_api_url, third, timeout_s=300)
+        assert cancelled["state"]["type"] == "CANCELLED", _flow_run_logs(
+            stack.prefect_api_url, third)
+        fourth = started(_cli(env, "deployment", "run", "tune/smoke", *cancel_args))
+        assert wait_for_flow_run(stack.prefect_api_url, fourth, timeout_s=900)["state"][
+            "type"] == "COMPLETED", _flow_run_logs(stack.prefect_api_url, fourth)
+        assert values(cancel_dir) == values(clean_dir)
+        client = MlflowClient(f"sqlite:///{cancel_dir}/mlflow.db")
+        trial_runs = client.search_runs(
+            [client.get_experiment_by_name("damptune-killed").experiment_id],
+            "tags.`damptune.kind` = 'trial'", max_results=1000)
+        keys = [(r.data.tags["damptune.cell"], r.data.tags["damptune.trial_number"])
+                for r in trial_runs]
+        assert len(keys) == 10 and len(set(keys)) == 10, keys
 
 
 @pytest.mark.slow
