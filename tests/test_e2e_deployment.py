@@ -2,7 +2,8 @@
 
 A real Prefect server, process worker and MLflow server on free ports; the flow run's trials
 land in the Optuna storage of its run directory and in the MLflow server (parent run per cell,
-child run per trial); a headless Chromium screenshot of the experiment's page in the MLflow UI
+child run per trial), and a run with a bad ``--param`` ends Failed with the ConfigError's
+text; a headless Chromium screenshot of the experiment's page in the MLflow UI
 is kept in ``runs/screenshots/mlflow-ui.png``.
 """
 
@@ -162,7 +163,8 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path):
     on: it notes so in its Prefect log and completes; the rerun, queued behind the deployment's
     concurrency limit, then finds every trial done. Every trial finished exactly once in
     Optuna, one MLflow run per trial on the server, and values equal to a clean run's (the same
-    deployment and parameters, never disturbed)."""
+    deployment and parameters, never disturbed). Then, on the same stack, a run cancelled from
+    the API mid-grid ends Cancelled, and its rerun ends equal to that clean run too."""
     import signal
     import time
 
