@@ -276,7 +276,8 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
     """Machine death: the Prefect worker and the flow-run process (with its Dask workers) are
     SIGKILLed at once, and nothing on that machine reports it. The run stops sending heartbeats;
     the stack's zombie automation marks it Crashed (which frees the deployment's concurrency
-    slot). A new worker and a rerun then finish the grid, every trial once."""
+    slot). A new worker and a rerun then finish the grid, every trial once in Optuna and one
+    MLflow run per trial."""
     import signal
     import time
 
@@ -329,3 +330,16 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
                                   storage=f"sqlite:///{run_dir}/optuna.db")
         assert [t.number for t in study.trials] == [0, 1]
         assert all(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
+        # one MLflow run per trial on the server: 2 search trials and the smoke deployment's 2
+        # held-out seeds, the trial that trained at the death continued in its own run
+        experiment = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/experiments/get-by-name"
+                          f"?experiment_name=damptune-dead")["experiment"]
+        runs = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/runs/search",
+                    {"experiment_ids": [experiment["experiment_id"]],
+                     "max_results": 1000}).get("runs", [])
+        trial_keys = []
+        for r in runs:
+            tags = {t["key"]: t["value"] for t in r["data"].get("tags", [])}
+            if tags.get("damptune.kind") == "trial":
+                trial_keys.append((tags["damptune.cell"], tags["damptune.trial_number"]))
+        assert len(trial_keys) == 4 and len(set(trial_keys)) == 4, trial_keys
