@@ -2,7 +2,8 @@
 
 A real Prefect server, process worker and MLflow server on free ports; the flow run's trials
 land in the Optuna storage of its run directory and in the MLflow server (parent run per cell,
-child run per trial); a headless Chromium screenshot of the experiment's page in the MLflow UI
+child run per trial), and a run with a bad ``--param`` ends Failed with the ConfigError's
+text; a headless Chromium screenshot of the experiment's page in the MLflow UI
 is kept in ``runs/screenshots/mlflow-ui.png``.
 """
 
@@ -115,6 +116,20 @@ def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path):
         assert len(held_out) == 2 and all(t["damptune.stage"] == "validation"
                                           for t in held_out), tags
 
+        # bad input through the deployment: the flow run ends Failed with the ConfigError's
+        # text, and nothing reaches the grid's stores (no run directory, no new MLflow run)
+        bad_dir = tmp_path / "bad"
+        created = _cli(env, "deployment", "run", "tune/smoke", "--param", "trials=0",
+                       "--param", f"run_dir={json.dumps(str(bad_dir))}")
+        bad = next(line.split()[-1] for line in created.stdout.splitlines() if "UUID" in line)
+        bad_state = wait_for_flow_run(stack.prefect_api_url, bad, timeout_s=300)["state"]
+        assert bad_state["type"] == "FAILED", bad_state
+        assert "trials=0 is not accepted" in (bad_state.get("message") or ""), bad_state
+        assert not bad_dir.exists()
+        after = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/runs/search",
+                     {"experiment_ids": [experiment["experiment_id"]], "max_results": 100})
+        assert len(after.get("runs", [])) == len(runs), after
+
         # the MLflow UI page of the experiment, as a user sees it
         if not CHROMIUM.exists():
             if os.environ.get("CI"):  # .ci/run installs it: its absence there is a defect
@@ -148,11 +163,13 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path):
     on: it notes so in its Prefect log and completes; the rerun, queued behind the deployment's
     concurrency limit, then finds every trial done. Every trial finished exactly once in
     Optuna, one MLflow run per trial on the server, and values equal to a clean run's (the same
-    deployment and parameters, never disturbed)."""
+    deployment and parameters, never disturbed). Then, on the same stack, a run cancelled from
+    the API mid-grid ends Cancelled, and its rerun ends equal to that clean run too."""
     import signal
     import time
 
     import psutil
+    from mlflow.tracking import MlflowClient
 
     from infra.stack import up
 
@@ -227,6 +244,31 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path):
         # 6 search trials and 2 held-out seeds per cell (the smoke deployment), once each
         assert len(trial_keys) == 10 and len(set(trial_keys)) == 10
 
+        # cancelled from the API mid-grid (`prefect flow-run cancel`): the run ends Cancelled,
+        # and a rerun ends equal to the clean run, one MLflow run per trial
+        cancel_dir = tmp_path / "cancelled"
+        cancel_args = run_args(run_dir=str(cancel_dir),
+                               tracking_uri=f"sqlite:///{cancel_dir}/mlflow.db")
+        third = started(_cli(env, "deployment", "run", "tune/smoke", *cancel_args))
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not list(cancel_dir.rglob("*.pt")):
+            time.sleep(0.2)  # until trials train
+        _cli(env, "flow-run", "cancel", third)
+        cancelled = wait_for_flow_run(stack.prefect_api_url, third, timeout_s=300)
+        assert cancelled["state"]["type"] == "CANCELLED", _flow_run_logs(
+            stack.prefect_api_url, third)
+        fourth = started(_cli(env, "deployment", "run", "tune/smoke", *cancel_args))
+        assert wait_for_flow_run(stack.prefect_api_url, fourth, timeout_s=900)["state"][
+            "type"] == "COMPLETED", _flow_run_logs(stack.prefect_api_url, fourth)
+        assert values(cancel_dir) == values(clean_dir)
+        client = MlflowClient(f"sqlite:///{cancel_dir}/mlflow.db")
+        trial_runs = client.search_runs(
+            [client.get_experiment_by_name("damptune-killed").experiment_id],
+            "tags.`damptune.kind` = 'trial'", max_results=1000)
+        keys = [(r.data.tags["damptune.cell"], r.data.tags["damptune.trial_number"])
+                for r in trial_runs]
+        assert len(keys) == 10 and len(set(keys)) == 10, keys
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
@@ -234,7 +276,8 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
     """Machine death: the Prefect worker and the flow-run process (with its Dask workers) are
     SIGKILLed at once, and nothing on that machine reports it. The run stops sending heartbeats;
     the stack's zombie automation marks it Crashed (which frees the deployment's concurrency
-    slot). A new worker and a rerun then finish the grid, every trial once."""
+    slot). A new worker and a rerun then finish the grid, every trial once in Optuna and one
+    MLflow run per trial."""
     import signal
     import time
 
@@ -287,6 +330,19 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
                                   storage=f"sqlite:///{run_dir}/optuna.db")
         assert [t.number for t in study.trials] == [0, 1]
         assert all(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
+        # one MLflow run per trial on the server: 2 search trials and the smoke deployment's 2
+        # held-out seeds, the trial that trained at the death continued in its own run
+        experiment = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/experiments/get-by-name"
+                          f"?experiment_name=damptune-dead")["experiment"]
+        runs = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/runs/search",
+                    {"experiment_ids": [experiment["experiment_id"]],
+                     "max_results": 1000}).get("runs", [])
+        trial_keys = []
+        for r in runs:
+            tags = {t["key"]: t["value"] for t in r["data"].get("tags", [])}
+            if tags.get("damptune.kind") == "trial":
+                trial_keys.append((tags["damptune.cell"], tags["damptune.trial_number"]))
+        assert len(trial_keys) == 4 and len(set(trial_keys)) == 4, trial_keys
 
 
 # README "Spot clusters": how grid-spot's schedule is turned on (`active: true` on the schedule of

@@ -12,6 +12,7 @@ import yaml
 from distributed import Client, WorkerPlugin
 from mlflow.tracking import MlflowClient
 
+from damptune import ConfigError
 from damptune.cluster import local_cluster
 from flows.tune import tune
 from infra.stack import REPO_ROOT
@@ -109,6 +110,32 @@ def test_a_grid_on_a_spec_cluster_from_yaml_survives_a_killed_worker(tmp_path, c
     assert set(runs_per_trial(run_dir, "g").values()) == {1}
     with pytest.raises(OSError):  # the cluster the flow opened from the YAML is closed
         Client(f"tcp://127.0.0.1:{port}", timeout="2s")
+
+
+def test_workers_gone_for_good_stop_the_cell_interrupted_then_a_rerun_finishes(
+        tmp_path, spot_cluster, scheduler, clean):
+    """A fault that never ends: after the first trial, the cluster scales to no workers (its
+    machines are gone and none come back). Each trial waits ``worker_wait`` for workers in
+    each of its ``trial_attempts``, then its cell stops with TrialsInterrupted: the grid ends
+    incomplete with that error, not as bad input, and no Optuna trial is FAIL. A rerun on a
+    healthy cluster finishes the grid, equal to the clean run, one MLflow run per trial."""
+    run_dir = str(tmp_path / "g")
+    watcher = after_first_finished_trial(f"sqlite:///{run_dir}/optuna.db",
+                                         lambda: spot_cluster.scale(0))
+    with pytest.raises(GridIncomplete) as stopped:
+        tune(grid_name="g", run_dir=run_dir, cluster=spot_cluster.scheduler_address,
+             trial_attempts=2, worker_wait=2.0, **GRID)
+    watcher.join()
+    assert not isinstance(stopped.value, ConfigError)
+    failures = stopped.value.failures
+    assert failures and all("interrupted by faults of the cluster in all 2 attempts" in f
+                            and "Nothing was lost" in f for f in failures), failures
+    before = trials_of(run_dir, "g")
+    states = [state for trials in before.values() for _, state, _, _ in trials]
+    assert "FAIL" not in states and "RUNNING" in states, before
+    tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
+    assert trials_of(run_dir, "g") == clean
+    assert set(runs_per_trial(run_dir, "g").values()) == {1}
 
 
 class RanksPerWorker(WorkerPlugin):

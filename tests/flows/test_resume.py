@@ -67,6 +67,40 @@ def test_interrupted_grid_resumes_to_the_clean_result(tmp_path, scheduler, clean
     assert set(runs_per_trial(run_dir, "g").values()) == {1}
 
 
+def test_cluster_lifetime_reached_stops_interrupted_then_a_rerun_equals_the_clean_run(
+        tmp_path, scheduler, clean):
+    """``max_cluster_lifetime`` that the cluster has already outlived (the session's scheduler
+    started before the clean run): each cell's trial checkpoints and stops at its first update
+    boundary, and the flow run ends *interrupted* (GridIncomplete, exit status 75: run it
+    again), no trial FAIL. A rerun with the limit lifted continues those checkpoints and ends
+    equal to the clean run: one MLflow run per trial, no update trained twice."""
+    from distributed import Client
+
+    with Client(scheduler, timeout="10s") as client:
+        started = client.scheduler_info(n_workers=0).get("started")
+    # the limit is 2 s: past already, so every trial stops at once (no race on timing)
+    assert started is not None and time.time() - started > 2, started
+    run_dir = str(tmp_path / "l")
+    with pytest.raises(GridIncomplete, match="interrupted") as stopped:
+        tune(grid_name="g", run_dir=run_dir, cluster=scheduler, max_cluster_lifetime="2s",
+             **GRID)
+    assert stopped.value.exit_code == 75 and not stopped.value.failures
+    before = trials_of(run_dir, "g")
+    running = [(cell, n) for cell, trials in before.items()
+               for n, state, _, _ in trials if state == "RUNNING"]
+    assert {cell for cell, _ in running} == {"n2/geodamp/mlp", "n2/padadamp/mlp"}, before
+    assert all(state in ("RUNNING", "COMPLETE", "PRUNED")
+               for trials in before.values() for _, state, _, _ in trials), before
+    for cell, n in running:  # each stopped trial left its checkpoint
+        assert os.path.isfile(os.path.join(run_dir, "checkpoints", cell, f"trial-{n}.pt"))
+    tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
+    assert trials_of(run_dir, "g") == clean
+    assert set(runs_per_trial(run_dir, "g").values()) == {1}
+    work = worklog.summary(run_dir)
+    assert all(work[key]["attempts"] == 2 for key in running), work  # resumed, not restarted
+    assert all(w["attempts"] <= 2 and w["lost_updates"] == 0 for w in work.values()), work
+
+
 def test_stale_running_trial_is_taken_over_under_its_number(tmp_path, scheduler, clean,
                                                             monkeypatch):
     """A trial left RUNNING by a process that died (its lease expired) is resumed, not
