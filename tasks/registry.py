@@ -4,8 +4,10 @@
   ``model``) whose source run is **the best trial's run**: its weights are that trial's final
   checkpoint, its params and metrics are that run's. The cell's parent run is tagged
   ``damptune.best_model_id`` and ``damptune.best_model_uri`` (``models:/<model id>``).
-- The grid's best per (network, model), the first of the search ranking (``report.md``), is a
-  version of the registered model ``<grid_name>-<model>-n<network>`` with the alias ``best``;
+- The grid's best per (network, model) is a version of the registered model
+  ``<grid_name>-<model>-n<network>`` with the alias ``best``: the first of the answer on the
+  held-out seeds (``answer.json``; the matched comparison, which has no search cell of its
+  own, aside) when the grid validated, else the first of the search ranking (``report.md``);
   a rerun whose best is the same model adds no version.
 - The dataset is an MLflow dataset input of every run (name, digest, ``data_seed``).
 
@@ -38,8 +40,10 @@ from damptune import TrainConfig, load_checkpoint
 from damptune.state import build_model
 from models import Dataset, load_dataset
 from tasks import tracking
-from tasks.answer import rank_cells
+from tasks.answer import BASELINE, rank_cells
 from tasks.grid import Cell, GridSettings, share_rows
+from tasks.stats import answer_rows
+from tasks.validation import validation_rows
 
 __all__ = ["dataset_input", "log_cell_model", "log_best_of_cell", "register_best",
            "publish_models", "registered_name", "module_from_checkpoint", "ALIAS", "MODEL_TAG"]
@@ -149,15 +153,16 @@ def _log_model(client: MlflowClient, exp_id: str, *, run_id: str, checkpoint: st
 
 def register_best(client: MlflowClient, settings: GridSettings,
                   rows: list[dict[str, Any]]) -> dict[str, str]:
-    """Register each (network, model) pair's best (rank 1 of the search ranking; a shared
-    baseline counts at every size) under ``<grid_name>-<model>-n<network>`` and move its
-    alias ``best`` there. A pair whose best is already a version gets no new one. Returns
-    ``{registered name: version}``."""
+    """Register each (network, model) pair's best (rank 1 of the held-out answer, else of the
+    search ranking; a shared baseline counts at every size) under
+    ``<grid_name>-<model>-n<network>`` and move its alias ``best`` there. A pair whose best
+    is already a version gets no new one. Returns ``{registered name: version}``."""
     exp_id = tracking.experiment_id(client, grid_name=settings.grid_name,
                                     artifact_root=f"{settings.run_dir}/mlartifacts")
-    out = {}
+    out, validated = {}, _answer_best(settings)
     for row in rank_cells(share_rows(rows)):
-        if row["rank"] != 1:
+        pair = (int(row["network"]), str(row["model"]))
+        if validated.get(pair, row["algorithm"] if row["rank"] == 1 else None) != row["algorithm"]:
             continue
         key = row.get("shared_from") or f"n{row['network']}/{row['algorithm']}/{row['model']}"
         runs = client.search_runs([exp_id], f"tags.`{tracking.CELL_TAG}` = '{key}' and "
@@ -171,6 +176,18 @@ def register_best(client: MlflowClient, settings: GridSettings,
                              run_id=runs[0].data.tags.get("damptune.best_run_id", ""))
         client.set_registered_model_alias(name, ALIAS, out[name])
     return out
+
+
+def _answer_best(settings: GridSettings) -> dict[tuple[int, str], str]:
+    """Each validated pair's first algorithm on the held-out seeds (not the matched row)."""
+    answer = answer_rows(share_rows(validation_rows(settings.storage,
+                                                    grid_name=settings.grid_name)),
+                         baseline=BASELINE)
+    best: dict[tuple[int, str], str] = {}
+    for row in answer:  # ranked within each pair
+        if not str(row["algorithm"]).endswith("-matched"):
+            best.setdefault((int(row["network"]), str(row["model"])), str(row["algorithm"]))
+    return best
 
 
 def publish_models(settings: GridSettings, rows: list[dict[str, Any]], *,

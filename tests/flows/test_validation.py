@@ -74,10 +74,18 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
                and r.data.tags.get("damptune.kind") == "trial"]
     assert len(matched) == 6 and {r.data.params["algorithm"] for r in matched} == {"geodamp"}
     with open(f"{run_dir}/report/answer.json") as f:
-        answer = {(r["network"], r["algorithm"]): r for r in json.load(f)}
+        ranked = sorted(json.load(f), key=lambda r: (r["network"], r["rank"]))
+    answer = {(r["network"], r["algorithm"]): r for r in ranked}
+    client = mlflow_runs(run_dir, "v")[0]
     for network in (2, 4):
         row = answer[(network, "geodamp-matched")]
         assert row["n_seeds"] == 3 and row["speedup"] > 0 and row["speedup_low"] is not None
+        # the registry's best is the answer's first on the held-out seeds (a searched cell)
+        first = next(r["algorithm"] for r in ranked if r["network"] == network
+                     and not r["algorithm"].endswith("-matched"))
+        version = client.get_model_version_by_alias(f"v-mlp-n{network}", "best")
+        assert client.get_run(version.run_id).data.tags["damptune.cell"] == (
+            "n2/geodamplr/mlp" if first == "geodamplr" else f"n{network}/{first}/mlp")
 
     rows = _report_json(run_dir)
     by = {(r["network"], r["algorithm"]): r for r in rows}
