@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from damptune import TrainConfig
-from damptune.netmodel import time_to_target
+from damptune.netmodel import PROFILES, time_to_target
 from tasks.answer import n_params_of, rank_cells, replay_on_profiles
 from tasks.figures import FIGURES, accuracy_curves, profiles_bars, time_vs_network
 from tasks.grid import Cell
@@ -96,7 +96,7 @@ def test_replay_on_the_grid_profile_gives_the_trial_value(grid):
     report = build_report(grid_rows(grid.storage, grid_name="rep"), run_dir=grid.run_dir)
     reached = {(r["network"], r["algorithm"]): r for r in report["ranking"] if r["reached"]}
     own = [p for p in report["profiles"] if p["profile"] == grid.profile]
-    assert len(report["profiles"]) == 3 * len(report["ranking"]) and own
+    assert len(report["profiles"]) == len(PROFILES) * len(report["ranking"]) and own
     for p in own:
         row = reached.get((p["network"], p["algorithm"]))
         assert p["reached"] is (row is not None)
@@ -145,6 +145,7 @@ def test_report_files_and_figures_are_written_and_non_trivial(grid, tmp_path):
     names = {os.path.basename(p) for p in written}
     assert names == {"report.json", "report.md", "report.csv", "profiles.csv", "profiles.md",
                      "answer.json",  # the held-out seeds' statistics (empty without them)
+                     "headroom.json",  # the cost model's ceiling (empty without a storage)
                      *FIGURES}
     for name in FIGURES:
         path = tmp_path / "report" / name
