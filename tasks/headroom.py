@@ -65,6 +65,8 @@ def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, A
     config = TrainConfig.from_dict(ckpt["config"])
     if profile is not None:  # the same run costed on another network (its overrides kept)
         config = dataclasses.replace(config, profile=profile)
+    if config.target_accuracy is None:  # a trial of the grid always has one
+        return None
     cost, target = config.cost_model(n_params_of(ckpt)), float(config.target_accuracy)
     b0 = int(config.damper_kwargs.get("initial", config.per_worker_batch))
     s = epoch_speedup(cost, examples=int(config.n_train), initial_batch=b0,

@@ -30,6 +30,7 @@ import mlflow
 import numpy as np
 import torch
 from mlflow.data.code_dataset_source import CodeDatasetSource
+from mlflow.data.numpy_dataset import from_numpy
 from mlflow.entities import DatasetInput, InputTag, LoggedModelOutput, Metric
 from mlflow.exceptions import MlflowException
 from mlflow.models import Model
@@ -67,8 +68,8 @@ def dataset_input(ds: Dataset, *, data_seed: int) -> DatasetInput:
     ``data_seed`` in its source and the input's tags."""
     seed = str(data_seed)
     source = CodeDatasetSource(tags={"damptune.dataset": ds.name, "damptune.data_seed": seed})
-    data = mlflow.data.from_numpy(ds.X_train, source=source, targets=ds.y_train, name=ds.name,
-                                  digest=ds.digest())
+    data = from_numpy(ds.X_train, source=source, targets=ds.y_train, name=ds.name,
+                      digest=ds.digest())
     return DatasetInput(data._to_mlflow_entity(), tags=[
         InputTag("mlflow.data.context", "training"), InputTag("damptune.data_seed", seed)])
 
