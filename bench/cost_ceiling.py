@@ -43,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     grid = GridSettings(grid_name=name, run_dir=run_dir,
                         checkpoint_root=meta.get("checkpoint_root") or "")
     cells = share_rows(grid_rows(storage, grid_name=name))
-    by_profile = {p: headroom_rows(cells, grid=grid, storage=storage, profile=p)
-                  for p in PROFILES}
+    by_profile: dict[str, list[dict]] = {p: [] for p in PROFILES}
+    for row in headroom_rows(cells, grid=grid, storage=storage, profiles=tuple(PROFILES)):
+        by_profile[row["profile"]].append(row)  # each checkpoint read once for all profiles
     print(f"grid {name!r} in {run_dir}: ceiling 1/((1-phi)+phi/s) of a damped speedup")
     print(f"{'profile':<24}{'model':<6}{'n':>4}{'s':>8}{'phi':>7}{'ceiling':>9}")
     for profile, rows in by_profile.items():

@@ -54,46 +54,52 @@ def _earliest_growth(grid: GridSettings, cells: list[dict[str, Any]], *, storage
 
 
 def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, Any]], *,
-          storage: str, network: int, profile: str | None) -> dict[str, Any] | None:
+          storage: str, network: int,
+          profiles: tuple[str | None, ...]) -> list[dict[str, Any]]:
+    """The pair's row on each of ``profiles`` (None: the grid's own); the checkpoints are read
+    once, whatever the number of profiles."""
     base_cell = Cell(int(baseline.get("searched_network", baseline["network"])), BASELINE,
                      str(baseline["model"]))
     if baseline.get("best_trial") is None:
-        return None
+        return []
     ckpt = _checkpoint(grid, base_cell, int(baseline["best_trial"]))
     if ckpt is None:
-        return None
-    config = TrainConfig.from_dict(ckpt["config"])
-    if profile is not None:  # the same run costed on another network (its overrides kept)
-        config = dataclasses.replace(config, profile=profile)
-    if config.target_accuracy is None:  # a trial of the grid always has one
-        return None
-    cost, target = config.cost_model(n_params_of(ckpt)), float(config.target_accuracy)
-    b0 = int(config.damper_kwargs.get("initial", config.per_worker_batch))
-    s = epoch_speedup(cost, examples=int(config.n_train), initial_batch=b0,
-                      per_worker_batch=int(config.per_worker_batch), n_ranks=network)
+        return []
+    own = TrainConfig.from_dict(ckpt["config"])
+    if own.target_accuracy is None:  # a trial of the grid always has one
+        return []
+    target, n_params = float(own.target_accuracy), n_params_of(ckpt)
+    b0 = int(own.damper_kwargs.get("initial", own.per_worker_batch))
     grew = _earliest_growth(grid, damped, storage=storage, target=target, initial_batch=b0)
-    phi = (growth_share(ckpt["history"], cost, target=target, growth_examples=grew)
-           if grew is not None else None)
-    return {"network": network, "model": baseline["model"], "profile": config.profile,
-            "s": s, "phi": phi, "growth_examples": grew,
-            "ceiling": ceiling(s=s, phi=phi) if phi is not None else None}
+    rows = []
+    for profile in profiles:  # the same run costed on another network (its overrides kept)
+        config = own if profile is None else dataclasses.replace(own, profile=profile)
+        cost = config.cost_model(n_params)
+        s = epoch_speedup(cost, examples=int(config.n_train), initial_batch=b0,
+                          per_worker_batch=int(config.per_worker_batch), n_ranks=network)
+        phi = (growth_share(ckpt["history"], cost, target=target, growth_examples=grew)
+               if grew is not None else None)
+        rows.append({"network": network, "model": baseline["model"],
+                     "profile": config.profile, "s": s, "phi": phi, "growth_examples": grew,
+                     "ceiling": ceiling(s=s, phi=phi) if phi is not None else None})
+    return rows
 
 
 def headroom_rows(cells: list[dict[str, Any]], *, grid: GridSettings, storage: str,
-                  profile: str | None = None) -> list[dict[str, Any]]:
+                  profiles: tuple[str | None, ...] = (None,)) -> list[dict[str, Any]]:
     """One row per (network, model) of the report's ``cells`` (with shared rows) that has a
-    baseline checkpoint: ``s``, ``phi``, ``growth_examples`` and ``ceiling``, on the grid's
-    profile (or on ``profile``: what the same trials would allow on another network)."""
+    baseline checkpoint, and per profile: ``profile``, ``s``, ``phi``, ``growth_examples`` and
+    ``ceiling``, on the grid's own profile (None) or on the named ``profiles`` (what the same
+    trials would allow on another network)."""
     out = []
     for network, model in sorted({(int(c["network"]), str(c["model"])) for c in cells}):
         here = [c for c in cells if (int(c["network"]), c["model"]) == (network, model)]
         baseline = next((c for c in here if c["algorithm"] == BASELINE), None)
         damped = [c for c in here if not never_grows(str(c["algorithm"]))
                   and not c.get("shared_from")]
-        row = (_pair(grid, baseline, damped, storage=storage, network=network, profile=profile)
-               if baseline else None)
-        if row is not None:
-            out.append(row)
+        if baseline:
+            out += _pair(grid, baseline, damped, storage=storage, network=network,
+                         profiles=profiles)
     return out
 
 
