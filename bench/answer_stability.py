@@ -127,9 +127,11 @@ def report(runs: dict[int, Answer]) -> None:
 
 
 def _speedups(runs: dict[int, Answer], pairs: list[tuple[int, str]]) -> None:
+    from tasks.validation import MATCHED, MATCHED_SUFFIX
+
     for label, names in (("best damped algorithm", DAMPED),
                          ("matched comparison (geodamp at the baseline's factor and delay)",
-                          ("geodamp-matched",))):
+                          (MATCHED[0] + MATCHED_SUFFIX,))):
         print(f"\n{label}: speedup over {BASELINE} [95 % CI], per network size:")
         _speedup_lines(runs, pairs, names)
 

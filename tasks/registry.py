@@ -44,7 +44,7 @@ from tasks import tracking
 from tasks.answer import BASELINE, rank_cells
 from tasks.grid import Cell, GridSettings, share_rows
 from tasks.stats import answer_rows
-from tasks.validation import validation_rows
+from tasks.validation import MATCHED_SUFFIX, validation_rows
 
 __all__ = ["dataset_input", "log_cell_model", "log_best_of_cell", "register_best",
            "publish_models", "registered_name", "module_from_checkpoint", "ALIAS", "MODEL_TAG"]
@@ -186,7 +186,7 @@ def _answer_best(settings: GridSettings) -> dict[tuple[int, str], str]:
                          baseline=BASELINE)
     best: dict[tuple[int, str], str] = {}
     for row in answer:  # ranked within each pair
-        if not str(row["algorithm"]).endswith("-matched"):
+        if not str(row["algorithm"]).endswith(MATCHED_SUFFIX):
             best.setdefault((int(row["network"]), str(row["model"])), str(row["algorithm"]))
     return best
 

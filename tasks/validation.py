@@ -30,14 +30,15 @@ from tasks.grid import Cell, GridSettings
 from tasks.leases import Leases
 from tasks.search import best_trial, reached_target, storage_for, study_name
 
-__all__ = ["TRAIN_SEED", "VALIDATES", "MATCHED", "held_out_seeds", "matched_cells",
-           "seed_validation", "source_cell", "validation_due", "validation_rows",
-           "validation_settings"]
+__all__ = ["TRAIN_SEED", "VALIDATES", "MATCHED", "MATCHED_SUFFIX", "held_out_seeds",
+           "matched_cells", "seed_validation", "source_cell", "validation_due",
+           "validation_rows", "validation_settings"]
 
 TRAIN_SEED = "train_seed"  # Optuna user attribute of a validation trial: its training seed
 VALIDATES = "validates"  # ... and the search trial whose configuration it retrains
 _SEEDED = "validation_seeded"  # study user attribute: the seeds enqueued (once)
 MATCHED = ("geodamp", "geodamplr")  # the matched cell's damper, and whose best it takes
+MATCHED_SUFFIX = "-matched"  # a matched cell's rows: its damper's name and this
 STAGES = ("validation", "matched")  # the stages trained on the held-out seeds
 
 
@@ -153,7 +154,7 @@ def validation_rows(storage: str, *, grid_name: str) -> list[dict[str, Any]]:
                 if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
         rows.append({
             "network": int(attrs["network"]),
-            "algorithm": str(attrs["algorithm"]) + ("-matched" if attrs["stage"] == "matched"
+            "algorithm": str(attrs["algorithm"]) + (MATCHED_SUFFIX if attrs["stage"] == "matched"
                                                     else ""),
             "model": str(attrs["model"]), "study": s.study_name,
             "values": {int(t.user_attrs[TRAIN_SEED]): float(t.value or 0.0) for t in done},
