@@ -124,7 +124,7 @@ def _open_study(grid: GridSettings, c: Cell, seed_cells: list[dict[str, Any]],
                                root=grid.data_root or None).y_train)
     study = with_storage_retries(lambda: open_study(grid, c, n_train=n_train))
     if c.stage != "search":  # validation, matched
-        with_storage_retries(lambda: seed_validation(study, grid, c, leases=session.leases,
+        with_storage_retries(lambda: seed_validation(study, grid, leases=session.leases,
                                                      owner=session.key))
     elif grid.warm_start and seed_cells:
         with_storage_retries(lambda: _warm_start(grid, c, study, seed_cells))

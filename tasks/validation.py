@@ -77,15 +77,13 @@ def held_out_seeds(settings: GridSettings) -> list[int]:
     return seeds
 
 
-def validation_settings(settings: dict[str, Any], *,
-                        source: Cell | None = None) -> dict[str, Any]:
+def validation_settings(settings: dict[str, Any], *, source: Cell) -> dict[str, Any]:
     """A validation cell's settings: one trial per held-out seed, trained to the target or
     the budget (no bound: every seed's time is measured), no warm start; the search's trial
     total is kept (``extra["search_trials"]``): only a finished search is validated; and
     the search cell whose best it retrains (``extra["source"]``, :func:`source_cell`)."""
-    extra = {**settings.get("extra", {}), "search_trials": settings["trials"]}
-    if source is not None:
-        extra["source"] = dataclasses.asdict(source)
+    extra = {**settings.get("extra", {}), "search_trials": settings["trials"],
+             "source": dataclasses.asdict(source)}
     return {**settings, "trials": settings["validation_seeds"], "pruner": "none",
             "warm_start": False, "extra": extra}
 
@@ -100,27 +98,28 @@ def _search_finished(searched: optuna.Study, grid: GridSettings) -> bool:
     return sum(t.state.is_finished() for t in trials) >= total
 
 
-def seed_validation(study: optuna.Study, grid: GridSettings, cell: Cell, *, leases: Leases,
+def seed_validation(study: optuna.Study, grid: GridSettings, *, leases: Leases,
                     owner: str) -> int:
-    """Enqueue the search cell's best configuration once per held-out seed (once per study,
-    by one run: the others wait for it). Returns the number of validation trials the study
-    has or will have: 0 while the search is not finished (an interrupted grid: its rerun
-    validates the final best) or has no COMPLETE trial (nothing to validate)."""
+    """Enqueue the best configuration of the search cell ``grid.extra["source"]`` once per
+    held-out seed (once per study, by one run: the others wait for it). Returns the number of
+    validation trials the study has or will have: 0 while the search is not finished (an
+    interrupted grid: its rerun validates the final best) or has no COMPLETE trial (nothing
+    to validate)."""
     key, deadline = f"{study.study_name}#seeding", time.monotonic() + 2 * leases.ttl
     while not leases.acquire(key, owner):  # another live run is seeding: wait for it
         if validation_due(study) or time.monotonic() > deadline:
             return len(study.user_attrs.get(_SEEDED) or [])
         time.sleep(1.0)
     try:
-        return _seed(study, grid, cell)
+        return _seed(study, grid)
     finally:
         leases.release(key, owner)
 
 
-def _seed(study: optuna.Study, grid: GridSettings, cell: Cell) -> int:
+def _seed(study: optuna.Study, grid: GridSettings) -> int:
     if study.user_attrs.get(_SEEDED):
         return len(study.user_attrs[_SEEDED])
-    source = Cell(**grid.extra["source"]) if "source" in grid.extra else cell.searched
+    source = Cell(**grid.extra["source"])
     searched = optuna.load_study(study_name=study_name(grid, source),
                                  storage=storage_for(grid.storage))
     best = best_trial(searched.get_trials(deepcopy=False))
