@@ -36,6 +36,28 @@ def _api(url: str, payload: dict | None = None) -> dict:
         return json.loads(response.read())
 
 
+def _experiment(mlflow_uri: str, name: str) -> dict:
+    """The experiment ``name`` on the MLflow server, through its REST API."""
+    return _api(f"{mlflow_uri}/api/2.0/mlflow/experiments/get-by-name"
+                f"?experiment_name={urllib.parse.quote(name)}")["experiment"]
+
+
+def _mlflow_runs(mlflow_uri: str, experiment_id: str) -> list[dict]:
+    """The runs of an experiment on the MLflow server, through its REST API."""
+    return _api(f"{mlflow_uri}/api/2.0/mlflow/runs/search",
+                {"experiment_ids": [experiment_id], "max_results": 1000}).get("runs", [])
+
+
+def _trial_keys(mlflow_uri: str, experiment_name: str) -> list[tuple[str, str]]:
+    """(cell, trial number) of every trial run of the experiment, one per run."""
+    keys = []
+    for r in _mlflow_runs(mlflow_uri, _experiment(mlflow_uri, experiment_name)["experiment_id"]):
+        tags = {t["key"]: t["value"] for t in r["data"].get("tags", [])}
+        if tags.get("damptune.kind") == "trial":
+            keys.append((tags["damptune.cell"], tags["damptune.trial_number"]))
+    return keys
+
+
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     env = {**env, "PWD": str(REPO_ROOT)}  # prefect.yaml's pull step uses {{ $PWD }}
     result = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", *args], env=env,
@@ -94,12 +116,8 @@ def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path):
         assert len(study.trials) == 2 and len(finished) == 2, study.trials
 
         # MLflow (the server the worker's flow runs log to): a parent run, two children
-        name = urllib.parse.quote(f"damptune-{grid_name}")
-        experiment = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/experiments/get-by-name"
-                          f"?experiment_name={name}")["experiment"]
-        runs = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/runs/search",
-                    {"experiment_ids": [experiment["experiment_id"]],
-                     "max_results": 100}).get("runs", [])
+        experiment = _experiment(stack.mlflow_uri, f"damptune-{grid_name}")
+        runs = _mlflow_runs(stack.mlflow_uri, experiment["experiment_id"])
         tags = {r["info"]["run_id"]: {t["key"]: t["value"] for t in r["data"].get("tags", [])}
                 for r in runs}
         parents = {t.get("damptune.stage"): rid for rid, t in tags.items()
@@ -126,9 +144,8 @@ def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path):
         assert bad_state["type"] == "FAILED", bad_state
         assert "trials=0 is not accepted" in (bad_state.get("message") or ""), bad_state
         assert not bad_dir.exists()
-        after = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/runs/search",
-                     {"experiment_ids": [experiment["experiment_id"]], "max_results": 100})
-        assert len(after.get("runs", [])) == len(runs), after
+        after = _mlflow_runs(stack.mlflow_uri, experiment["experiment_id"])
+        assert len(after) == len(runs), after
 
         # the MLflow UI page of the experiment, as a user sees it
         if not CHROMIUM.exists():
@@ -231,16 +248,7 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path):
             assert [t[0] for t in trials] == [0, 1, 2]
             assert all(t[1] in ("COMPLETE", "PRUNED") for t in trials), trials
         assert got == values(clean_dir)
-        experiment = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/experiments/get-by-name"
-                          f"?experiment_name=damptune-killed")["experiment"]
-        runs = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/runs/search",
-                    {"experiment_ids": [experiment["experiment_id"]],
-                     "max_results": 1000}).get("runs", [])
-        trial_keys = []
-        for r in runs:
-            tags = {t["key"]: t["value"] for t in r["data"].get("tags", [])}
-            if tags.get("damptune.kind") == "trial":
-                trial_keys.append((tags["damptune.cell"], tags["damptune.trial_number"]))
+        trial_keys = _trial_keys(stack.mlflow_uri, "damptune-killed")
         # 6 search trials and 2 held-out seeds per cell (the smoke deployment), once each
         assert len(trial_keys) == 10 and len(set(trial_keys)) == 10
 
@@ -332,16 +340,7 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
         assert all(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
         # one MLflow run per trial on the server: 2 search trials and the smoke deployment's 2
         # held-out seeds, the trial that trained at the death continued in its own run
-        experiment = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/experiments/get-by-name"
-                          f"?experiment_name=damptune-dead")["experiment"]
-        runs = _api(f"{stack.mlflow_uri}/api/2.0/mlflow/runs/search",
-                    {"experiment_ids": [experiment["experiment_id"]],
-                     "max_results": 1000}).get("runs", [])
-        trial_keys = []
-        for r in runs:
-            tags = {t["key"]: t["value"] for t in r["data"].get("tags", [])}
-            if tags.get("damptune.kind") == "trial":
-                trial_keys.append((tags["damptune.cell"], tags["damptune.trial_number"]))
+        trial_keys = _trial_keys(stack.mlflow_uri, "damptune-dead")
         assert len(trial_keys) == 4 and len(set(trial_keys)) == 4, trial_keys
 
 
