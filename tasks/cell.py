@@ -99,12 +99,13 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
     with ThreadPoolTaskRunner(max_workers=max_concurrent_trials) as runner:
         while True:
             batch = driver.stale_trials() or driver.next_batch()
-            if batch is None:  # no new trial is due: done, unless another run trains some
-                if not driver.held_elsewhere():
+            if batch is None:  # no new trial is due: done, unless trials of others are left
+                if not driver.running_elsewhere():
                     break
                 if interrupt.requested():
                     return _finish(session, study, grid, c, exp_id, parent, interrupted=True)
-                time.sleep(min(5.0, session.leases.ttl / 4))
+                if driver.held_elsewhere():  # else one is free now: resume it at once
+                    time.sleep(min(5.0, session.leases.ttl / 4))
                 continue
             results = _run_batch(runner, driver, batch, submit)
             if any(r.state is TrialState.INTERRUPTED and r.fault is None for r in results):

@@ -76,6 +76,11 @@ class StudyDriver:
                  owner: str, space: dict[str, BaseDistribution], batch: int) -> None:
         self.study, self.settings, self.leases = study, settings, leases
         self.owner, self.space, self.batch = owner, space, batch
+        # trials an earlier run left RUNNING (killed, or interrupted): no new trial is asked
+        # before they finish, so that every trial's pruning bound (the best of the trials
+        # before it) is the clean run's; one whose dead run's lease has yet to expire is waited
+        # for, then resumed (:meth:`stale_trials`)
+        self.inherited = {t.number for t in self._running()}
 
     def lease_key(self, number: int) -> str:
         return _lease_key(self.study.study_name, number)
@@ -112,14 +117,21 @@ class StudyDriver:
         return sum(self.leases.held_by_other(self.lease_key(t.number), self.owner)
                    for t in self._running())
 
+    def running_elsewhere(self) -> int:
+        """RUNNING trials this run does not train (called between its batches): held by
+        another run, or left by a dead one and not yet resumed."""
+        return len(self._running())
+
     def next_batch(self) -> list[Ticket] | None:
         """New trials to train (only those whose lease this run took: between ask and acquire
         another run may have taken one over), or None when no new trial is due. Every RUNNING
         trial counts as due already, leased or not: another run may have asked it and not yet
         taken its lease (counting only leased ones, two runs starting at once asked one trial
-        too many), and one nobody holds is resumed (:meth:`stale_trials`), never replaced."""
-        remaining = self.settings.trials - count_finished(self.study) - len(self._running())
-        if remaining <= 0:
+        too many), and one nobody holds is resumed (:meth:`stale_trials`), never replaced.
+        None too while a trial an earlier run left RUNNING (:attr:`inherited`) is unfinished."""
+        running = self._running()
+        remaining = self.settings.trials - count_finished(self.study) - len(running)
+        if remaining <= 0 or any(t.number in self.inherited for t in running):
             return None
         tickets: list[Ticket] = []
         for _ in range(min(self.batch, remaining)):

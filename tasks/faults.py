@@ -10,6 +10,7 @@ MLflow run are kept, and the same run retries it on live workers.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from concurrent.futures import CancelledError
 
@@ -26,6 +27,9 @@ _DASK_FAULTS = {"CommClosedError", "KilledWorker", "FutureCancelledError", "Stre
 _NOT_FAULTS = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
                NotADirectoryError)
 _FAULTS = (ClusterError, TimeoutError, ConnectionError, OSError, EOFError, CancelledError)
+# the KeyError Dask's scheduler raises when a worker it was asked about has just left (its
+# scatter with broadcast=True looks each worker up: a worker that dies in between)
+_WORKER_ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://\S+$")
 
 
 def is_infrastructure_fault(exc: BaseException) -> bool:
@@ -41,10 +45,17 @@ def is_infrastructure_fault(exc: BaseException) -> bool:
             return False
         if isinstance(current, _FAULTS) or type(current).__name__ in _DASK_FAULTS:
             return True
+        if isinstance(current, KeyError) and _names_a_worker(current):
+            return True
         if "Worker holding Actor was lost" in str(current):
             return True
         current = current.__cause__ or current.__context__
     return False
+
+
+def _names_a_worker(exc: KeyError) -> bool:
+    """A KeyError whose key is a Dask worker's address (a lookup of a worker that left)."""
+    return len(exc.args) == 1 and bool(_WORKER_ADDRESS.match(str(exc.args[0])))
 
 
 class TrialsInterrupted(ClusterError):

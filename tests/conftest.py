@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Dask LocalCluster (4 single-threaded worker processes)."""
+"""Shared fixtures: a real Dask LocalCluster (4 single-threaded worker processes), a Prefect
+server, and the clean run of the fault tests' grid."""
 
 from __future__ import annotations
 
@@ -102,14 +103,16 @@ def blobs():
 
 @pytest.fixture(scope="session")
 def prefect_harness():
-    """A temporary Prefect server for the session's flow tests (started once, ~10 s)."""
+    """A temporary Prefect server for the session's flow tests (started once, ~10 s); its API
+    URL, for the subprocesses a test starts (without it, each would boot a server of its own)."""
     import os
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=120):
-        yield
+        yield PREFECT_API_URL.value()
 
 
 @pytest.fixture(scope="session")
@@ -155,3 +158,15 @@ def external_scheduler(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
     log.close()
+
+
+@pytest.fixture(scope="session")
+def clean(tmp_path_factory, scheduler, prefect_harness):
+    """The fault tests' grid (tests/flows/grids.GRID, grid name "g"), never interrupted: the
+    reference every recovery of tests/flows and of the deployment tests must equal."""
+    from flows.tune import tune
+    from tests.flows.grids import GRID, trials_of
+
+    run_dir = str(tmp_path_factory.mktemp("clean"))
+    tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
+    return trials_of(run_dir, "g")

@@ -12,17 +12,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 
 from infra.main import experiment_url, wait_for_flow_run
-from infra.stack import REPO_ROOT, free_port, running_stack
+from infra.stack import REPO_ROOT, Stack, free_port, running_stack, up
+from tests.flows.grids import GRID, trials_of
 
 CHROMIUM = Path("/usr/bin/chromium")
 NETWORK, ALGORITHM, MODEL = 2, "geodamp", "mlp"
@@ -48,12 +54,14 @@ def _mlflow_runs(mlflow_uri: str, experiment_id: str) -> list[dict]:
                 {"experiment_ids": [experiment_id], "max_results": 1000}).get("runs", [])
 
 
-def _trial_keys(mlflow_uri: str, experiment_name: str) -> list[tuple[str, str]]:
-    """(cell, trial number) of every trial run of the experiment, one per run."""
+def _trial_keys(mlflow_uri: str, experiment_name: str,
+                since_ms: int = 0) -> list[tuple[str, str]]:
+    """(cell, trial number) of every trial run of the experiment started at ``since_ms``
+    (milliseconds since the epoch) or later, one per run."""
     keys = []
     for r in _mlflow_runs(mlflow_uri, _experiment(mlflow_uri, experiment_name)["experiment_id"]):
         tags = {t["key"]: t["value"] for t in r["data"].get("tags", [])}
-        if tags.get("damptune.kind") == "trial":
+        if tags.get("damptune.kind") == "trial" and int(r["info"]["start_time"]) >= since_ms:
             keys.append((tags["damptune.cell"], tags["damptune.trial_number"]))
     return keys
 
@@ -64,6 +72,15 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"prefect {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
     return result
+
+
+def _start(env: dict[str, str], deployment: str, params: dict) -> str:
+    """`prefect deployment run` with ``params`` (each a ``--param``); the flow run's id."""
+    args = []
+    for key, value in params.items():
+        args += ["--param", f"{key}={json.dumps(value)}"]
+    created = _cli(env, "deployment", "run", deployment, *args)
+    return next(line.split()[-1] for line in created.stdout.splitlines() if "UUID" in line)
 
 
 def _flow_run_logs(api_url: str, flow_run_id: str) -> str:
@@ -82,87 +99,119 @@ def _screenshot(url: str, out: Path, profile_dir: Path) -> subprocess.CompletedP
     )
 
 
+@dataclass(frozen=True)
+class Deployed:
+    """The module's local stack with prefect.yaml's deployments registered."""
+
+    stack: Stack
+    ports: dict[str, int]
+    env: dict[str, str]  # a client process's environment on this stack
+
+    @property
+    def api(self) -> str:
+        return self.stack.prefect_api_url
+
+
+@pytest.fixture(scope="module")
+def shared_stack(tmp_path_factory) -> Iterator[Deployed]:
+    """One local stack and one `prefect deploy --all` for this module's tests of prefect.yaml
+    as shipped (a stack and a deploy cost ~40 s; each test has its own run directory, and a
+    test that reads the MLflow server's runs reads those its own grid started)."""
+    ports = {"prefect_port": free_port(), "mlflow_port": free_port()}
+    with running_stack(tmp_path_factory.mktemp("stack"), **ports) as stack:
+        deployed = Deployed(stack, ports, {**os.environ, **stack.env})
+        _cli(deployed.env, "deploy", "--all")
+        yield deployed
+
+
+@pytest.fixture
+def deployed(shared_stack: Deployed) -> Iterator[Deployed]:
+    """The shared stack, left for the next test as this one found it: its services up (a test
+    kills the worker) and no flow run of this test still holding the deployment's slot."""
+    yield shared_stack
+    up(shared_stack.stack.run_dir, **shared_stack.ports)
+    unfinished = _api(f"{shared_stack.api}/flow_runs/filter", {"flow_runs": {"state": {
+        "type": {"any_": ["SCHEDULED", "PENDING", "RUNNING", "CANCELLING", "PAUSED"]}}}})
+    for run in unfinished:
+        _cli(shared_stack.env, "flow-run", "cancel", run["id"])
+        wait_for_flow_run(shared_stack.api, run["id"], timeout_s=300)
+
+
+def _optuna_values(run_dir: Path, prefix: str = "") -> dict[str, list]:
+    """The grid's trials (tests.flows.grids.trials_of) in the studies whose name after the
+    grid's starts with ``prefix``."""
+    return {k: v for k, v in trials_of(str(run_dir), "g").items() if k.startswith(prefix)}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path):
+def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path, deployed):
     if not (REPO_ROOT / "prefect.yaml").is_file():
         pytest.fail("prefect.yaml is missing at the repository root")
     run_dir = tmp_path / "smoke"
-    with running_stack(tmp_path / "stack", prefect_port=free_port(),
-                       mlflow_port=free_port()) as stack:
-        env = {**os.environ, **stack.env}
-        _cli(env, "deploy", "--all")
-        params = {"networks": [NETWORK], "algorithms": [ALGORITHM], "models": [MODEL],
-                  "trials": 2, "epochs": 2, "run_dir": str(run_dir)}
-        run_args = []
-        for key, value in params.items():
-            run_args += ["--param", f"{key}={json.dumps(value)}"]
-        created = _cli(env, "deployment", "run", "tune/smoke", *run_args)
-        flow_run_id = next(line.split()[-1] for line in created.stdout.splitlines()
-                           if "UUID" in line)
+    env, api, mlflow_uri = deployed.env, deployed.api, deployed.stack.mlflow_uri
+    flow_run_id = _start(env, "tune/smoke", {
+        "networks": [NETWORK], "algorithms": [ALGORITHM], "models": [MODEL], "trials": 2,
+        "epochs": 2, "run_dir": str(run_dir)})
+    flow_run = wait_for_flow_run(api, flow_run_id, timeout_s=600)
+    state = flow_run["state"]
+    assert state["type"] == "COMPLETED", (
+        f"flow run ended {state['name']}: {state.get('message')}\n"
+        f"{_flow_run_logs(api, flow_run_id)}")
+    grid_name = flow_run["parameters"].get("grid_name", "smoke")
 
-        flow_run = wait_for_flow_run(stack.prefect_api_url, flow_run_id, timeout_s=600)
-        state = flow_run["state"]
-        assert state["type"] == "COMPLETED", (
-            f"flow run ended {state['name']}: {state.get('message')}\n"
-            f"{_flow_run_logs(stack.prefect_api_url, flow_run_id)}")
-        grid_name = flow_run["parameters"].get("grid_name", "smoke")
+    # Optuna: the cell's study in the default storage of the run directory
+    study = optuna.load_study(study_name=f"{grid_name}/n{NETWORK}/{ALGORITHM}/{MODEL}",
+                              storage=f"sqlite:///{run_dir}/optuna.db")
+    finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE,
+                                                       optuna.trial.TrialState.PRUNED)]
+    assert len(study.trials) == 2 and len(finished) == 2, study.trials
 
-        # Optuna: the cell's study in the default storage of the run directory
-        study = optuna.load_study(study_name=f"{grid_name}/n{NETWORK}/{ALGORITHM}/{MODEL}",
-                                  storage=f"sqlite:///{run_dir}/optuna.db")
-        finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE,
-                                                           optuna.trial.TrialState.PRUNED)]
-        assert len(study.trials) == 2 and len(finished) == 2, study.trials
+    # MLflow (the server the worker's flow runs log to): a parent run, two children
+    experiment = _experiment(mlflow_uri, f"damptune-{grid_name}")
+    runs = _mlflow_runs(mlflow_uri, experiment["experiment_id"])
+    tags = {r["info"]["run_id"]: {t["key"]: t["value"] for t in r["data"].get("tags", [])}
+            for r in runs}
+    parents = {t.get("damptune.stage"): rid for rid, t in tags.items()
+               if "damptune.cell" in t and "mlflow.parentRunId" not in t}
+    assert sorted(parents) == ["search", "validation"], tags
+    assert tags[parents["search"]]["damptune.cell"] == f"n{NETWORK}/{ALGORITHM}/{MODEL}"
+    children = [rid for rid, t in tags.items()
+                if t.get("mlflow.parentRunId") == parents["search"]]
+    assert len(children) == 2, tags
+    # the validation stage: the best configuration on the smoke deployment's 2 held-out
+    # seeds, a parent run and a child per seed, tagged damptune.stage=validation
+    held_out = [t for t in tags.values()
+                if t.get("mlflow.parentRunId") == parents["validation"]]
+    assert len(held_out) == 2 and all(t["damptune.stage"] == "validation"
+                                      for t in held_out), tags
 
-        # MLflow (the server the worker's flow runs log to): a parent run, two children
-        experiment = _experiment(stack.mlflow_uri, f"damptune-{grid_name}")
-        runs = _mlflow_runs(stack.mlflow_uri, experiment["experiment_id"])
-        tags = {r["info"]["run_id"]: {t["key"]: t["value"] for t in r["data"].get("tags", [])}
-                for r in runs}
-        parents = {t.get("damptune.stage"): rid for rid, t in tags.items()
-                   if "damptune.cell" in t and "mlflow.parentRunId" not in t}
-        assert sorted(parents) == ["search", "validation"], tags
-        assert tags[parents["search"]]["damptune.cell"] == f"n{NETWORK}/{ALGORITHM}/{MODEL}"
-        children = [rid for rid, t in tags.items()
-                    if t.get("mlflow.parentRunId") == parents["search"]]
-        assert len(children) == 2, tags
-        # the validation stage: the best configuration on the smoke deployment's 2 held-out
-        # seeds, a parent run and a child per seed, tagged damptune.stage=validation
-        held_out = [t for t in tags.values()
-                    if t.get("mlflow.parentRunId") == parents["validation"]]
-        assert len(held_out) == 2 and all(t["damptune.stage"] == "validation"
-                                          for t in held_out), tags
+    # bad input through the deployment: the flow run ends Failed with the ConfigError's
+    # text, and nothing reaches the grid's stores (no run directory, no new MLflow run)
+    bad_dir = tmp_path / "bad"
+    bad = _start(env, "tune/smoke", {"trials": 0, "run_dir": str(bad_dir)})
+    bad_state = wait_for_flow_run(api, bad, timeout_s=300)["state"]
+    assert bad_state["type"] == "FAILED", bad_state
+    assert "trials=0 is not accepted" in (bad_state.get("message") or ""), bad_state
+    assert not bad_dir.exists()
+    after = _mlflow_runs(mlflow_uri, experiment["experiment_id"])
+    assert len(after) == len(runs), after
 
-        # bad input through the deployment: the flow run ends Failed with the ConfigError's
-        # text, and nothing reaches the grid's stores (no run directory, no new MLflow run)
-        bad_dir = tmp_path / "bad"
-        created = _cli(env, "deployment", "run", "tune/smoke", "--param", "trials=0",
-                       "--param", f"run_dir={json.dumps(str(bad_dir))}")
-        bad = next(line.split()[-1] for line in created.stdout.splitlines() if "UUID" in line)
-        bad_state = wait_for_flow_run(stack.prefect_api_url, bad, timeout_s=300)["state"]
-        assert bad_state["type"] == "FAILED", bad_state
-        assert "trials=0 is not accepted" in (bad_state.get("message") or ""), bad_state
-        assert not bad_dir.exists()
-        after = _mlflow_runs(stack.mlflow_uri, experiment["experiment_id"])
-        assert len(after) == len(runs), after
-
-        # the MLflow UI page of the experiment, as a user sees it
-        if not CHROMIUM.exists():
-            if os.environ.get("CI"):  # .ci/run installs it: its absence there is a defect
-                pytest.fail(f"{CHROMIUM} is absent in CI: .ci/run must install chromium")
-            pytest.skip(f"{CHROMIUM} is absent (apt-get install chromium): no UI screenshot; "
-                        "the Optuna and MLflow checks above passed")
-        png = tmp_path / "mlflow-ui.png"
-        profile = tmp_path / "chromium-profile"
-        profile.mkdir()
-        # the experiment's page at the address `make run` prints (infra.main.experiment_url):
-        # MLflow 3.17 keeps its GenAI/model-training switch per browser, GenAI by default; the
-        # address selects model training, and the experiment is tagged as model training
-        assert {t["key"]: t["value"] for t in experiment.get("tags", [])}.get(
-            "mlflow.experimentKind") == "custom_model_development", experiment
-        page = experiment_url(stack.mlflow_uri, experiment["experiment_id"])
-        shot = _screenshot(page, png, profile)
+    # the MLflow UI page of the experiment, as a user sees it
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):  # .ci/run installs it: its absence there is a defect
+            pytest.fail(f"{CHROMIUM} is absent in CI: .ci/run must install chromium")
+        pytest.skip(f"{CHROMIUM} is absent (apt-get install chromium): no UI screenshot; "
+                    "the Optuna and MLflow checks above passed")
+    png = tmp_path / "mlflow-ui.png"
+    profile = tmp_path / "chromium-profile"
+    profile.mkdir()
+    # the experiment's page at the address `make run` prints (infra.main.experiment_url):
+    # MLflow 3.17 keeps its GenAI/model-training switch per browser, GenAI by default; the
+    # address selects model training, and the experiment is tagged as model training
+    assert {t["key"]: t["value"] for t in experiment.get("tags", [])}.get(
+        "mlflow.experimentKind") == "custom_model_development", experiment
+    shot = _screenshot(experiment_url(mlflow_uri, experiment["experiment_id"]), png, profile)
     assert png.is_file(), f"chromium exited {shot.returncode}:\n{shot.stderr[-3000:]}"
     assert png.stat().st_size > 10_000, png.stat().st_size
     kept = REPO_ROOT / "runs" / "screenshots" / "mlflow-ui.png"
@@ -170,178 +219,129 @@ def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path):
     shutil.copyfile(png, kept)
 
 
+def _when_training(run_dir: Path) -> None:
+    """Wait until the grid of ``run_dir`` has written a checkpoint (trials train)."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not list(run_dir.rglob("*.pt")):
+        time.sleep(0.2)
+    assert list(run_dir.rglob("*.pt")), "the grid never started training"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path):
+def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
     """Fault injection: SIGKILL the Prefect worker while the grid trains, bring the stack back
     (a new worker), run the deployment again.
 
     The flow run the dead worker launched loses its console (the pipe the worker read) and goes
     on: it notes so in its Prefect log and completes; the rerun, queued behind the deployment's
     concurrency limit, then finds every trial done. Every trial finished exactly once in
-    Optuna, one MLflow run per trial on the server, and values equal to a clean run's (the same
-    deployment and parameters, never disturbed). Then, on the same stack, a run cancelled from
-    the API mid-grid ends Cancelled, and its rerun ends equal to that clean run too."""
-    import signal
-    import time
-
-    import psutil
+    Optuna, one MLflow run per trial on the server, and values equal to a clean run's (the
+    session's, tests/conftest.py: the same grid, parameters and name, never disturbed). Then,
+    on the same stack, a run cancelled from the API mid-grid ends Cancelled, and its rerun
+    ends equal to that clean run too."""
     from mlflow.tracking import MlflowClient
 
-    from infra.stack import up
+    env, api = deployed.env, deployed.api
+    params = {**GRID, "grid_name": "g"}  # the clean run's grid (the deployment's are replaced)
+    since_ms = int(time.time() * 1000)
+    run_dir = tmp_path / "grid"
+    first = _start(env, "tune/smoke", {**params, "run_dir": str(run_dir)})
+    _when_training(run_dir)
+    worker = psutil.Process(int((deployed.stack.run_dir / "pids" / "prefect-worker.pid")
+                                .read_text()))
+    worker.send_signal(signal.SIGKILL)
+    psutil.wait_procs([worker], timeout=30)  # dead (a SIGKILL is not instantaneous)
 
-    stack_dir = tmp_path / "stack"
-    ports = {"prefect_port": free_port(), "mlflow_port": free_port()}
-    params = {"networks": [2], "algorithms": ["geodamp", "padadamp"], "models": ["mlp"],
-              "trials": 3, "epochs": 3, "target_accuracy": 0.45, "checkpoint_seconds": 0.5,
-              "grid_name": "killed"}
+    up(deployed.stack.run_dir, **deployed.ports)  # a new worker; runs whose process died are
+    second = _start(env, "tune/smoke", {**params, "run_dir": str(run_dir)})  # marked Crashed
+    flow_run = wait_for_flow_run(api, second, timeout_s=1200)
+    assert flow_run["state"]["type"] == "COMPLETED", _flow_run_logs(api, second)
+    orphan = wait_for_flow_run(api, first, timeout_s=60)
+    logs = _flow_run_logs(api, first)
+    assert orphan["state"]["type"] == "COMPLETED", logs
+    assert "console of this process is gone" in logs, logs
 
-    def run_args(**extra):
-        out = []
-        for key, value in {**params, **extra}.items():
-            out += ["--param", f"{key}={json.dumps(value)}"]
-        return out
+    got = _optuna_values(run_dir)
+    assert all([t[0] for t in trials] == list(range(len(trials))) for trials in got.values())
+    assert all(t[1] in ("COMPLETE", "PRUNED") for ts in got.values() for t in ts), got
+    assert got == clean
+    trial_keys = _trial_keys(deployed.stack.mlflow_uri, "damptune-g", since_ms)
+    # 6 search trials and a held-out seed per cell (GRID), once each
+    assert len(trial_keys) == 8 and len(set(trial_keys)) == 8, trial_keys
 
-    def started(result):
-        return next(line.split()[-1] for line in result.stdout.splitlines() if "UUID" in line)
-
-    def values(run_dir):
-        out = {}
-        for algorithm in params["algorithms"]:
-            study = optuna.load_study(study_name=f"killed/n2/{algorithm}/mlp",
-                                      storage=f"sqlite:///{run_dir}/optuna.db")
-            out[algorithm] = [(t.number, t.state.name, t.params, t.value) for t in study.trials]
-        return out
-
-    clean_dir, run_dir = tmp_path / "clean", tmp_path / "grid"
-    with running_stack(stack_dir, **ports) as stack:
-        env = {**os.environ, **stack.env}
-        _cli(env, "deploy", "--all")
-        clean = started(_cli(env, "deployment", "run", "tune/smoke", *run_args(
-            run_dir=str(clean_dir), tracking_uri=f"sqlite:///{clean_dir}/mlflow.db")))
-        assert wait_for_flow_run(stack.prefect_api_url, clean, timeout_s=600)["state"][
-            "type"] == "COMPLETED", _flow_run_logs(stack.prefect_api_url, clean)
-
-        first = started(_cli(env, "deployment", "run", "tune/smoke",
-                             *run_args(run_dir=str(run_dir))))
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not list(run_dir.rglob("*.pt")):
-            time.sleep(0.2)  # until trials train
-        assert list(run_dir.rglob("*.pt")), "the grid never started training"
-        worker = psutil.Process(int((stack_dir / "pids" / "prefect-worker.pid").read_text()))
-        worker.send_signal(signal.SIGKILL)
-        psutil.wait_procs([worker], timeout=30)  # dead (a SIGKILL is not instantaneous)
-
-        up(stack_dir, **ports)  # a new worker; runs whose process died are marked Crashed
-        second = started(_cli(env, "deployment", "run", "tune/smoke",
-                              *run_args(run_dir=str(run_dir))))
-        flow_run = wait_for_flow_run(stack.prefect_api_url, second, timeout_s=1200)
-        assert flow_run["state"]["type"] == "COMPLETED", _flow_run_logs(
-            stack.prefect_api_url, second)
-        orphan = wait_for_flow_run(stack.prefect_api_url, first, timeout_s=60)
-        logs = _flow_run_logs(stack.prefect_api_url, first)
-        assert orphan["state"]["type"] == "COMPLETED", logs
-        assert "console of this process is gone" in logs, logs
-
-        got = values(run_dir)
-        for trials in got.values():
-            assert [t[0] for t in trials] == [0, 1, 2]
-            assert all(t[1] in ("COMPLETE", "PRUNED") for t in trials), trials
-        assert got == values(clean_dir)
-        trial_keys = _trial_keys(stack.mlflow_uri, "damptune-killed")
-        # 6 search trials and 2 held-out seeds per cell (the smoke deployment), once each
-        assert len(trial_keys) == 10 and len(set(trial_keys)) == 10
-
-        # cancelled from the API mid-grid (`prefect flow-run cancel`): the run ends Cancelled,
-        # and a rerun ends equal to the clean run, one MLflow run per trial
-        cancel_dir = tmp_path / "cancelled"
-        cancel_args = run_args(run_dir=str(cancel_dir),
-                               tracking_uri=f"sqlite:///{cancel_dir}/mlflow.db")
-        third = started(_cli(env, "deployment", "run", "tune/smoke", *cancel_args))
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not list(cancel_dir.rglob("*.pt")):
-            time.sleep(0.2)  # until trials train
-        _cli(env, "flow-run", "cancel", third)
-        cancelled = wait_for_flow_run(stack.prefect_api_url, third, timeout_s=300)
-        assert cancelled["state"]["type"] == "CANCELLED", _flow_run_logs(
-            stack.prefect_api_url, third)
-        fourth = started(_cli(env, "deployment", "run", "tune/smoke", *cancel_args))
-        assert wait_for_flow_run(stack.prefect_api_url, fourth, timeout_s=900)["state"][
-            "type"] == "COMPLETED", _flow_run_logs(stack.prefect_api_url, fourth)
-        assert values(cancel_dir) == values(clean_dir)
-        client = MlflowClient(f"sqlite:///{cancel_dir}/mlflow.db")
-        trial_runs = client.search_runs(
-            [client.get_experiment_by_name("damptune-killed").experiment_id],
-            "tags.`damptune.kind` = 'trial'", max_results=1000)
-        keys = [(r.data.tags["damptune.cell"], r.data.tags["damptune.trial_number"])
-                for r in trial_runs]
-        assert len(keys) == 10 and len(set(keys)) == 10, keys
+    # cancelled from the API mid-grid (`prefect flow-run cancel`): the run ends Cancelled,
+    # and a rerun ends equal to the clean run, one MLflow run per trial
+    cancel_dir = tmp_path / "cancelled"
+    cancel_params = {**params, "run_dir": str(cancel_dir),
+                     "tracking_uri": f"sqlite:///{cancel_dir}/mlflow.db"}
+    third = _start(env, "tune/smoke", cancel_params)
+    _when_training(cancel_dir)
+    _cli(env, "flow-run", "cancel", third)
+    cancelled = wait_for_flow_run(api, third, timeout_s=300)
+    assert cancelled["state"]["type"] == "CANCELLED", _flow_run_logs(api, third)
+    fourth = _start(env, "tune/smoke", cancel_params)
+    assert wait_for_flow_run(api, fourth, timeout_s=900)["state"][
+        "type"] == "COMPLETED", _flow_run_logs(api, fourth)
+    assert _optuna_values(cancel_dir) == clean
+    client = MlflowClient(f"sqlite:///{cancel_dir}/mlflow.db")
+    trial_runs = client.search_runs(
+        [client.get_experiment_by_name("damptune-g").experiment_id],
+        "tags.`damptune.kind` = 'trial'", max_results=1000)
+    keys = [(r.data.tags["damptune.cell"], r.data.tags["damptune.trial_number"])
+            for r in trial_runs]
+    assert len(keys) == 8 and len(set(keys)) == 8, keys
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_path):
+def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_path, deployed,
+                                                                          clean):
     """Machine death: the Prefect worker and the flow-run process (with its Dask workers) are
     SIGKILLed at once, and nothing on that machine reports it. The run stops sending heartbeats;
     the stack's zombie automation marks it Crashed (which frees the deployment's concurrency
-    slot). A new worker and a rerun then finish the grid, every trial once in Optuna and one
-    MLflow run per trial."""
-    import signal
-    import time
+    slot). A new worker and a rerun then finish the grid: every trial once in Optuna, one
+    MLflow run per trial, and values equal to the clean run's cell (the session's clean grid,
+    of which this grid is the geodamp cell: a cell's trials do not depend on the others')."""
+    from infra.stack import ZOMBIE_AUTOMATION
 
-    import psutil
+    env, api = deployed.env, deployed.api
+    automations = _api(f"{api}/automations/filter", {})
+    assert ZOMBIE_AUTOMATION in {a["name"] for a in automations}
+    run_dir = tmp_path / "grid"
+    params = {**GRID, "algorithms": ["geodamp"], "grid_name": "g", "run_dir": str(run_dir)}
+    since_ms = int(time.time() * 1000)
+    first = _start(env, "tune/smoke", params)
+    _when_training(run_dir)
+    engines = [p for p in psutil.process_iter(["cmdline", "environ"])
+               if "prefect.engine" in " ".join(p.info["cmdline"] or [])
+               and (p.info["environ"] or {}).get("PREFECT__FLOW_RUN_ID") == first]
+    assert len(engines) == 1, engines
+    os.kill(int((deployed.stack.run_dir / "pids" / "prefect-worker.pid").read_text()),
+            signal.SIGKILL)
+    os.killpg(engines[0].pid, signal.SIGKILL)  # the flow run, its Dask workers: all gone
 
-    from infra.stack import ZOMBIE_AUTOMATION, up
+    deadline = time.monotonic() + 300  # 3 missed heartbeats (90 s), then the trigger
+    while time.monotonic() < deadline:
+        state = _api(f"{api}/flow_runs/{first}")["state"]
+        if state["type"] != "RUNNING":
+            break
+        time.sleep(2)
+    assert state["type"] == "CRASHED", state
+    assert "no heartbeat" in (state.get("message") or ""), state
 
-    stack_dir, run_dir = tmp_path / "stack", tmp_path / "grid"
-    ports = {"prefect_port": free_port(), "mlflow_port": free_port()}
-    params = {"networks": [2], "algorithms": ["geodamp"], "models": ["mlp"], "trials": 2,
-              "epochs": 3, "target_accuracy": 0.45, "checkpoint_seconds": 0.5,
-              "grid_name": "dead", "run_dir": str(run_dir)}
-    run_args = []
-    for key, value in params.items():
-        run_args += ["--param", f"{key}={json.dumps(value)}"]
-    with running_stack(stack_dir, **ports) as stack:
-        env = {**os.environ, **stack.env}
-        automations = _api(f"{stack.prefect_api_url}/automations/filter", {})
-        assert ZOMBIE_AUTOMATION in {a["name"] for a in automations}
-        _cli(env, "deploy", "--all")
-        created = _cli(env, "deployment", "run", "tune/smoke", *run_args)
-        first = next(line.split()[-1] for line in created.stdout.splitlines() if "UUID" in line)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not list(run_dir.rglob("*.pt")):
-            time.sleep(0.2)  # until trials train
-        assert list(run_dir.rglob("*.pt")), "the grid never started training"
-        engines = [p for p in psutil.process_iter(["cmdline", "environ"])
-                   if "prefect.engine" in " ".join(p.info["cmdline"] or [])
-                   and (p.info["environ"] or {}).get("PREFECT__FLOW_RUN_ID") == first]
-        assert len(engines) == 1, engines
-        os.kill(int((stack_dir / "pids" / "prefect-worker.pid").read_text()), signal.SIGKILL)
-        os.killpg(engines[0].pid, signal.SIGKILL)  # the flow run, its Dask workers: all gone
-
-        deadline = time.monotonic() + 300  # 3 missed heartbeats (90 s), then the trigger
-        while time.monotonic() < deadline:
-            state = _api(f"{stack.prefect_api_url}/flow_runs/{first}")["state"]
-            if state["type"] != "RUNNING":
-                break
-            time.sleep(2)
-        assert state["type"] == "CRASHED", state
-        assert "no heartbeat" in (state.get("message") or ""), state
-
-        up(stack_dir, **ports)  # a new worker on a new machine
-        created = _cli(env, "deployment", "run", "tune/smoke", *run_args)
-        second = next(line.split()[-1] for line in created.stdout.splitlines() if "UUID" in line)
-        flow_run = wait_for_flow_run(stack.prefect_api_url, second, timeout_s=600)
-        assert flow_run["state"]["type"] == "COMPLETED", _flow_run_logs(
-            stack.prefect_api_url, second)
-        study = optuna.load_study(study_name="dead/n2/geodamp/mlp",
-                                  storage=f"sqlite:///{run_dir}/optuna.db")
-        assert [t.number for t in study.trials] == [0, 1]
-        assert all(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
-        # one MLflow run per trial on the server: 2 search trials and the smoke deployment's 2
-        # held-out seeds, the trial that trained at the death continued in its own run
-        trial_keys = _trial_keys(stack.mlflow_uri, "damptune-dead")
-        assert len(trial_keys) == 4 and len(set(trial_keys)) == 4, trial_keys
+    up(deployed.stack.run_dir, **deployed.ports)  # a new worker on a new machine
+    second = _start(env, "tune/smoke", params)
+    flow_run = wait_for_flow_run(api, second, timeout_s=600)
+    assert flow_run["state"]["type"] == "COMPLETED", _flow_run_logs(api, second)
+    cell = "n2/geodamp/mlp"
+    got = _optuna_values(run_dir)
+    assert sorted(got) == [cell, f"{cell}/validation"], got
+    assert got == {k: v for k, v in clean.items() if k.startswith(cell)}
+    # one MLflow run per trial on the server: 3 search trials and a held-out seed, the trial
+    # that trained at the death continued in its own run
+    trial_keys = _trial_keys(deployed.stack.mlflow_uri, "damptune-g", since_ms)
+    assert len(trial_keys) == 4 and len(set(trial_keys)) == 4, trial_keys
 
 
 # README "Spot clusters": how grid-spot's schedule is turned on (`active: true` on the schedule of
@@ -375,8 +375,6 @@ def _spot_copy(tmp_path: Path, *, active: bool) -> tuple[Path, dict, dict]:
 
 def _scheduled_runs(api: str, deployment_id: str, stack_dir: Path) -> list[dict]:
     """The deployment's runs once Prefect's scheduler made some (else fail with its log)."""
-    import time
-
     runs_filter = {"flow_runs": {"deployment_id": {"any_": [deployment_id]}},
                    "sort": "EXPECTED_START_TIME_ASC"}
     deadline = time.monotonic() + 120
@@ -400,7 +398,6 @@ def test_grid_spot_schedule_runs_with_its_parameters_and_cancels_colliding_runs(
     slot are Cancelled (CANCEL_NEW), never queued. On the same server,
     `prefect automation create --from-file` takes the zombie automation's file as the stack
     did."""
-    import time
     from datetime import datetime
 
     from infra.prefect_api import ZOMBIE_AUTOMATION, ZOMBIE_AUTOMATION_FILE
