@@ -173,6 +173,10 @@ class Gang:
         self.pool, self.addresses, self.size = pool, addresses, len(addresses)
 
     def replace(self, dead: set[str], *, need: int, timeout: float) -> list[str]:
+        """As :meth:`damptune.cluster.WorkerGroup.replace`, waiting at most the pool's
+        ``worker_wait`` (the grid's: how long a trial waits for workers), not the engine's
+        longer rank ``timeout``: a cluster with no workers left stops the trial's attempt then,
+        as it does a trial that waits to start."""
         live = set(self.pool.live())
         gone = [w for w in self.addresses if w in dead or w not in live]
         self.pool.give_back(gone, lost=True)
@@ -180,7 +184,7 @@ class Gang:
         missing = self.size - len(kept)
         if missing > 0:  # back to full size if free workers are there; wait only for need
             kept += self.pool.take(missing, at_least=max(0, need - len(kept)),
-                                   timeout=timeout, have=len(kept))
+                                   timeout=min(timeout, self.pool.timeout), have=len(kept))
         self.addresses = kept
         return kept
 

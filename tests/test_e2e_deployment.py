@@ -28,7 +28,7 @@ import pytest
 
 from infra.main import experiment_url, wait_for_flow_run
 from infra.stack import REPO_ROOT, Stack, free_port, running_stack, up
-from tests.flows.grids import GRID, trials_of
+from tests.flows.grids import GRID, runs_per_trial, trials_of
 
 CHROMIUM = Path("/usr/bin/chromium")
 NETWORK, ALGORITHM, MODEL = 2, "geodamp", "mlp"
@@ -54,14 +54,12 @@ def _mlflow_runs(mlflow_uri: str, experiment_id: str) -> list[dict]:
                 {"experiment_ids": [experiment_id], "max_results": 1000}).get("runs", [])
 
 
-def _trial_keys(mlflow_uri: str, experiment_name: str,
-                since_ms: int = 0) -> list[tuple[str, str]]:
-    """(cell, trial number) of every trial run of the experiment started at ``since_ms``
-    (milliseconds since the epoch) or later, one per run."""
+def _trial_keys(mlflow_uri: str, experiment_name: str) -> list[tuple[str, str]]:
+    """(cell, trial number) of every trial run of the experiment, one per run."""
     keys = []
     for r in _mlflow_runs(mlflow_uri, _experiment(mlflow_uri, experiment_name)["experiment_id"]):
         tags = {t["key"]: t["value"] for t in r["data"].get("tags", [])}
-        if tags.get("damptune.kind") == "trial" and int(r["info"]["start_time"]) >= since_ms:
+        if tags.get("damptune.kind") == "trial":
             keys.append((tags["damptune.cell"], tags["damptune.trial_number"]))
     return keys
 
@@ -115,8 +113,9 @@ class Deployed:
 @pytest.fixture(scope="module")
 def shared_stack(tmp_path_factory) -> Iterator[Deployed]:
     """One local stack and one `prefect deploy --all` for this module's tests of prefect.yaml
-    as shipped (a stack and a deploy cost ~40 s; each test has its own run directory, and a
-    test that reads the MLflow server's runs reads those its own grid started)."""
+    as shipped (a stack and a deploy cost ~40 s). Each test has its own run directory, and
+    its own MLflow experiment on the server (a grid's runs are found again by grid name and
+    cell: two grids of one name would share them) or its own tracking store."""
     ports = {"prefect_port": free_port(), "mlflow_port": free_port()}
     with running_stack(tmp_path_factory.mktemp("stack"), **ports) as stack:
         deployed = Deployed(stack, ports, {**os.environ, **stack.env})
@@ -240,11 +239,8 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
     session's, tests/conftest.py: the same grid, parameters and name, never disturbed). Then,
     on the same stack, a run cancelled from the API mid-grid ends Cancelled, and its rerun
     ends equal to that clean run too."""
-    from mlflow.tracking import MlflowClient
-
     env, api = deployed.env, deployed.api
     params = {**GRID, "grid_name": "g"}  # the clean run's grid (the deployment's are replaced)
-    since_ms = int(time.time() * 1000)
     run_dir = tmp_path / "grid"
     first = _start(env, "tune/smoke", {**params, "run_dir": str(run_dir)})
     _when_training(run_dir)
@@ -266,7 +262,7 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
     assert all([t[0] for t in trials] == list(range(len(trials))) for trials in got.values())
     assert all(t[1] in ("COMPLETE", "PRUNED") for ts in got.values() for t in ts), got
     assert got == clean
-    trial_keys = _trial_keys(deployed.stack.mlflow_uri, "damptune-g", since_ms)
+    trial_keys = _trial_keys(deployed.stack.mlflow_uri, "damptune-g")
     # 6 search trials and a held-out seed per cell (GRID), once each
     assert len(trial_keys) == 8 and len(set(trial_keys)) == 8, trial_keys
 
@@ -278,19 +274,19 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
     third = _start(env, "tune/smoke", cancel_params)
     _when_training(cancel_dir)
     _cli(env, "flow-run", "cancel", third)
-    cancelled = wait_for_flow_run(api, third, timeout_s=300)
-    assert cancelled["state"]["type"] == "CANCELLED", _flow_run_logs(api, third)
+    # the worker ends the process (SIGTERM: its trials checkpoint), then sets Cancelled; the
+    # engine may say Crashed ("aborted by a termination signal") a moment before that
+    deadline = time.monotonic() + 300
+    while (state := _api(f"{api}/flow_runs/{third}")["state"])["type"] != "CANCELLED" and (
+            time.monotonic() < deadline):
+        time.sleep(2)
+    assert state["type"] == "CANCELLED", (state, _flow_run_logs(api, third))
     fourth = _start(env, "tune/smoke", cancel_params)
     assert wait_for_flow_run(api, fourth, timeout_s=900)["state"][
         "type"] == "COMPLETED", _flow_run_logs(api, fourth)
     assert _optuna_values(cancel_dir) == clean
-    client = MlflowClient(f"sqlite:///{cancel_dir}/mlflow.db")
-    trial_runs = client.search_runs(
-        [client.get_experiment_by_name("damptune-g").experiment_id],
-        "tags.`damptune.kind` = 'trial'", max_results=1000)
-    keys = [(r.data.tags["damptune.cell"], r.data.tags["damptune.trial_number"])
-            for r in trial_runs]
-    assert len(keys) == 8 and len(set(keys)) == 8, keys
+    runs = runs_per_trial(cancel_dir, "g")  # (cell, trial number) -> its MLflow runs
+    assert len(runs) == 8 and set(runs.values()) == {1}, runs
 
 
 @pytest.mark.slow
@@ -301,16 +297,18 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
     SIGKILLed at once, and nothing on that machine reports it. The run stops sending heartbeats;
     the stack's zombie automation marks it Crashed (which frees the deployment's concurrency
     slot). A new worker and a rerun then finish the grid: every trial once in Optuna, one
-    MLflow run per trial, and values equal to the clean run's cell (the session's clean grid,
-    of which this grid is the geodamp cell: a cell's trials do not depend on the others')."""
+    MLflow run per trial (in the run directory's store: the server's experiment "damptune-g"
+    is the worker-kill test's), and values equal to the clean run's cell (the session's clean
+    grid, of which this grid is the geodamp cell: a cell's trials do not depend on the
+    others')."""
     from infra.stack import ZOMBIE_AUTOMATION
 
     env, api = deployed.env, deployed.api
     automations = _api(f"{api}/automations/filter", {})
     assert ZOMBIE_AUTOMATION in {a["name"] for a in automations}
     run_dir = tmp_path / "grid"
-    params = {**GRID, "algorithms": ["geodamp"], "grid_name": "g", "run_dir": str(run_dir)}
-    since_ms = int(time.time() * 1000)
+    params = {**GRID, "algorithms": ["geodamp"], "grid_name": "g", "run_dir": str(run_dir),
+              "tracking_uri": f"sqlite:///{run_dir}/mlflow.db"}
     first = _start(env, "tune/smoke", params)
     _when_training(run_dir)
     engines = [p for p in psutil.process_iter(["cmdline", "environ"])
@@ -338,10 +336,10 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
     got = _optuna_values(run_dir)
     assert sorted(got) == [cell, f"{cell}/validation"], got
     assert got == {k: v for k, v in clean.items() if k.startswith(cell)}
-    # one MLflow run per trial on the server: 3 search trials and a held-out seed, the trial
-    # that trained at the death continued in its own run
-    trial_keys = _trial_keys(deployed.stack.mlflow_uri, "damptune-g", since_ms)
-    assert len(trial_keys) == 4 and len(set(trial_keys)) == 4, trial_keys
+    # one MLflow run per trial: 3 search trials and a held-out seed, the trial that trained
+    # at the death continued in its own run
+    runs = runs_per_trial(run_dir, "g")  # (cell, trial number) -> its MLflow runs
+    assert len(runs) == 4 and set(runs.values()) == {1}, runs
 
 
 # README "Spot clusters": how grid-spot's schedule is turned on (`active: true` on the schedule of

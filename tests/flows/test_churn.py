@@ -113,15 +113,18 @@ def test_a_grid_on_a_spec_cluster_from_yaml_survives_a_killed_worker(tmp_path, c
 
 
 def test_workers_gone_for_good_stop_the_cell_interrupted_then_a_rerun_finishes(
-        tmp_path, spot_cluster, scheduler, clean):
-    """A fault that never ends: after the first trial, the cluster scales to no workers (its
-    machines are gone and none come back). Each trial waits ``worker_wait`` for workers in
-    each of its ``trial_attempts``, then its cell stops with TrialsInterrupted: the grid ends
-    incomplete with that error, not as bad input, and no Optuna trial is FAIL. A rerun on a
-    healthy cluster finishes the grid, equal to the clean run, one MLflow run per trial."""
+        tmp_path, spot_cluster, scheduler, clean, caplog):
+    """A fault that never ends: after the first trial, while another trains, the cluster
+    scales to no workers (its machines are gone and none come back). Each trial waits
+    ``worker_wait`` for workers in each of its ``trial_attempts`` (the one training at the
+    loss too: not the engine's 300 s rank timeout), then its cell stops with
+    TrialsInterrupted: the grid ends incomplete with that error, not as bad input, and no
+    Optuna trial is FAIL. A rerun on a healthy cluster
+    finishes the grid, equal to the clean run, one MLflow run per trial."""
+    caplog.set_level(logging.WARNING)
     run_dir = str(tmp_path / "g")
-    watcher = after_first_finished_trial(f"sqlite:///{run_dir}/optuna.db",
-                                         lambda: spot_cluster.scale(0))
+    watcher = while_a_trial_trains(f"sqlite:///{run_dir}/optuna.db", run_dir,
+                                   lambda: spot_cluster.scale(0))
     with pytest.raises(GridIncomplete) as stopped:
         tune(grid_name="g", run_dir=run_dir, cluster=spot_cluster.scheduler_address,
              trial_attempts=2, worker_wait=2.0, **GRID)
@@ -130,6 +133,10 @@ def test_workers_gone_for_good_stop_the_cell_interrupted_then_a_rerun_finishes(
     failures = stopped.value.failures
     assert failures and all("interrupted by faults of the cluster in all 2 attempts" in f
                             and "Nothing was lost" in f for f in failures), failures
+    # every attempt of every trial ended by waiting worker_wait (2 s) for workers
+    waits = [r.getMessage() for r in caplog.records if " interrupted: cluster fault" in
+             r.getMessage()]
+    assert len(waits) >= 2 and all("(waited 2 s)" in m for m in waits), waits
     before = trials_of(run_dir, "g")
     states = [state for trials in before.values() for _, state, _, _ in trials]
     assert "FAIL" not in states and "RUNNING" in states, before
