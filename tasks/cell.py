@@ -64,6 +64,11 @@ def summarize(study: optuna.Study, cell: Cell) -> dict[str, Any]:
     }
 
 
+# how often a cell that waits for another run's trials looks again: a trial of a live run
+# may take a second, and the waiting run asks the next trial as soon as it ends
+WAIT_POLL_SECONDS = 0.5
+
+
 def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
     try:
         return get_run_logger()
@@ -105,7 +110,7 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
                 if interrupt.requested():
                     return _finish(session, study, grid, c, exp_id, parent, interrupted=True)
                 if driver.held_elsewhere():  # else one is free now: resume it at once
-                    time.sleep(min(5.0, session.leases.ttl / 4))
+                    time.sleep(min(WAIT_POLL_SECONDS, session.leases.ttl / 4))
                 continue
             results = _run_batch(runner, driver, batch, submit)
             if any(r.state is TrialState.INTERRUPTED and r.fault is None for r in results):

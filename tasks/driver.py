@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,9 +28,9 @@ from tasks.grid import GridSettings
 from tasks.leases import Leases, leases_for
 from tasks.results import TrialResult, TrialState
 from tasks.search import (
+    FINISHED,
     TARGET_CONSTRAINT,
     StorageUnavailable,
-    count_finished,
     sampler_for,
     storage_for,
     with_storage_retries,
@@ -129,8 +130,27 @@ class StudyDriver:
         taken its lease (counting only leased ones, two runs starting at once asked one trial
         too many), and one nobody holds is resumed (:meth:`stale_trials`), never replaced.
         None too while a trial an earlier run left RUNNING (:attr:`inherited`) is unfinished."""
-        running = self._running()
-        remaining = self.settings.trials - count_finished(self.study) - len(running)
+        with self._asking():
+            return self._ask_due()
+
+    @contextlib.contextmanager
+    def _asking(self) -> Any:
+        """One run at a time counts the study's trials and asks new ones (a lease on the
+        study's name, held for that moment): two runs that counted at once each saw a trial
+        due, and the study got one trial more than its budget."""
+        key = f"{self.study.study_name}#ask"
+        while not self.leases.acquire(key, self.owner):
+            time.sleep(0.05)
+        try:
+            yield
+        finally:
+            self.leases.release(key, self.owner)
+
+    def _ask_due(self) -> list[Ticket] | None:
+        trials = self.study.get_trials(deepcopy=False)  # one read: finished and running agree
+        running = [t for t in trials if t.state == State.RUNNING]
+        finished = sum(t.state in FINISHED for t in trials)
+        remaining = self.settings.trials - finished - len(running)
         if remaining <= 0 or any(t.number in self.inherited for t in running):
             return None
         tickets: list[Ticket] = []
