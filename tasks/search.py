@@ -18,7 +18,7 @@ from tasks.grid import Cell, GridSettings
 from tasks.retries import retry
 
 __all__ = [
-    "storage_for", "study_name", "open_study", "distributions", "count_finished", "FINISHED",
+    "storage_for", "study_name", "open_study", "distributions", "FINISHED",
     "best_value", "best_trial", "reached_target", "TARGET_CONSTRAINT",
     "finished_in_grid", "check_grid_data", "sampler_for", "sampler_kind", "pruner_for",
     "trial_seed", "with_storage_retries",
@@ -228,10 +228,6 @@ def best_value(study: optuna.Study) -> float | None:
     values = [t.value for t in study.get_trials(deepcopy=False, states=(
         optuna.trial.TrialState.COMPLETE,)) if t.value is not None and reached_target(t)]
     return min(values) if values else None
-
-
-def count_finished(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
 def finished_in_grid(url: str, grid_name: str) -> int:

@@ -28,11 +28,14 @@ LONG_FILES = ("test_e2e_deployment.py", "test_resume.py", "test_churn.py")
 
 
 def pytest_configure(config):
-    """Each pytest process (each xdist worker) gets a DAMPTUNE_CACHE of its own, unless the
-    caller set one: the compute calibration kept there sets every trial's simulated time, and
-    two processes that measured it at once would give a clean run and the rerun compared with
-    it different ones (and the suite leaves the user's ~/.cache alone)."""
-    if "DAMPTUNE_CACHE" not in os.environ:
+    """Each pytest process that runs tests (each xdist worker) gets a DAMPTUNE_CACHE of its
+    own, unless the caller set one: the compute calibration kept there sets every trial's
+    simulated time, and two processes that measured it at once would give a clean run and the
+    rerun compared with it different ones (and the suite leaves the user's ~/.cache alone).
+    Not xdist's controller: its workers would inherit its directory and share it."""
+    controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(
+        config, "workerinput")
+    if "DAMPTUNE_CACHE" not in os.environ and not controller:
         os.environ["DAMPTUNE_CACHE"] = tempfile.mkdtemp(prefix="damptune-test-cache-")
 
 

@@ -136,12 +136,6 @@ def deployed(shared_stack: Deployed) -> Iterator[Deployed]:
         wait_for_flow_run(shared_stack.api, run["id"], timeout_s=300)
 
 
-def _optuna_values(run_dir: Path, prefix: str = "") -> dict[str, list]:
-    """The grid's trials (tests.flows.grids.trials_of) in the studies whose name after the
-    grid's starts with ``prefix``."""
-    return {k: v for k, v in trials_of(str(run_dir), "g").items() if k.startswith(prefix)}
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path, deployed):
@@ -258,7 +252,7 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
     assert orphan["state"]["type"] == "COMPLETED", logs
     assert "console of this process is gone" in logs, logs
 
-    got = _optuna_values(run_dir)
+    got = trials_of(str(run_dir), "g")
     assert all([t[0] for t in trials] == list(range(len(trials))) for trials in got.values())
     assert all(t[1] in ("COMPLETE", "PRUNED") for ts in got.values() for t in ts), got
     assert got == clean
@@ -284,7 +278,7 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
     fourth = _start(env, "tune/smoke", cancel_params)
     assert wait_for_flow_run(api, fourth, timeout_s=900)["state"][
         "type"] == "COMPLETED", _flow_run_logs(api, fourth)
-    assert _optuna_values(cancel_dir) == clean
+    assert trials_of(str(cancel_dir), "g") == clean
     runs = runs_per_trial(cancel_dir, "g")  # (cell, trial number) -> its MLflow runs
     assert len(runs) == 8 and set(runs.values()) == {1}, runs
 
@@ -333,7 +327,7 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
     flow_run = wait_for_flow_run(api, second, timeout_s=600)
     assert flow_run["state"]["type"] == "COMPLETED", _flow_run_logs(api, second)
     cell = "n2/geodamp/mlp"
-    got = _optuna_values(run_dir)
+    got = trials_of(str(run_dir), "g")
     assert sorted(got) == [cell, f"{cell}/validation"], got
     assert got == {k: v for k, v in clean.items() if k.startswith(cell)}
     # one MLflow run per trial: 3 search trials and a held-out seed, the trial that trained

@@ -119,8 +119,8 @@ def test_workers_gone_for_good_stop_the_cell_interrupted_then_a_rerun_finishes(
     ``worker_wait`` for workers in each of its ``trial_attempts`` (the one training at the
     loss too: not the engine's 300 s rank timeout), then its cell stops with
     TrialsInterrupted: the grid ends incomplete with that error, not as bad input, and no
-    Optuna trial is FAIL. A rerun on a healthy cluster
-    finishes the grid, equal to the clean run, one MLflow run per trial."""
+    Optuna trial is FAIL. A rerun on a healthy cluster finishes the grid, equal to the clean
+    run, one MLflow run per trial."""
     caplog.set_level(logging.WARNING)
     run_dir = str(tmp_path / "g")
     watcher = while_a_trial_trains(f"sqlite:///{run_dir}/optuna.db", run_dir,
