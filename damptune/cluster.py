@@ -34,11 +34,33 @@ QUIET_CONFIG: dict[str, Any] = {
 }
 
 
+# What a rank's worker process imports before its first task (torch, torch._dynamo, which
+# torch.optim imports at the first step, the engine): ~5 s of CPU per process when each worker
+# is a fresh interpreter (Dask's default, "spawn"). A local cluster's workers are forked from
+# one "forkserver" process that imported them once, so a worker costs a fork
+# (tests/damptune/test_local_cluster.py). The server starts with the first worker and keeps
+# the environment it started with: set variables the workers read before the first local
+# cluster. A worker that a nanny restarts later is spawned (Dask's default) as before.
+FORKSERVER_PRELOAD = ["distributed", "numpy", "torch", "torch._dynamo", "damptune.ranks"]
+FORKSERVER = {"distributed.worker.multiprocessing-method": "forkserver"}
+
+
+def _preload_forkserver() -> None:
+    """Set this process's forkserver preload (once: the server starts with the first worker,
+    and keeps the environment and modules it started with)."""
+    from distributed.utils import get_mp_context
+
+    with dask.config.set(FORKSERVER):
+        context = get_mp_context()  # Dask sets its own preload list the first time
+    context.set_forkserver_preload(FORKSERVER_PRELOAD)
+
+
 def local_cluster(*, n_workers: int, local_directory: str | None = None) -> LocalCluster:
     """A LocalCluster of single-threaded worker processes bound to 127.0.0.1."""
     directory = local_directory or os.path.join(os.getcwd(), "runs", "dask-scratch")
     os.makedirs(directory, exist_ok=True)
-    with dask.config.set(QUIET_CONFIG):  # the scheduler, nannies and workers read it now
+    _preload_forkserver()
+    with dask.config.set({**QUIET_CONFIG, **FORKSERVER}):  # scheduler, nannies, workers
         return LocalCluster(
             n_workers=n_workers,
             threads_per_worker=1,
