@@ -64,10 +64,10 @@ $(DASHBOARD_STAMP): $(STAMP)
 dashboard: $(DASHBOARD_STAMP) ## Optuna dashboard on runs/grid/optuna.db, 127.0.0.1:8080 (GRID=smoke)
 	$(BIN)/python -m infra.dashboard --storage $(STORAGE) --port $(DASHBOARD_PORT)
 
-# two pytest processes (pytest-xdist), a test file on one of them at a time: the suite waits
-# on servers, subprocesses and signals for about half its time, so two share the 2 cores;
+# three pytest processes (pytest-xdist), a test file on one of them at a time: with two, the
+# suite kept the 2 cores ~73 % busy (it waits on servers, subprocesses, heartbeats and signals);
 # `make test PYTEST_WORKERS=0` runs it in one process
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 test: $(STAMP) ## run the whole test suite (what CI runs)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 

@@ -24,7 +24,7 @@ GIL_BACKSTOP_SECONDS = 60
 # the files that take minutes (`--durations` lists them): collected first, so that under
 # `make test`'s two pytest-xdist workers (one file per worker at a time) they start at once
 # rather than end the run alone
-LONG_FILES = ("test_e2e_deployment.py", "test_resume.py", "test_churn.py")
+LONG_FILES = ("test_e2e_deployment.py", "test_resume.py", "test_churn.py")  # longest first
 
 
 def pytest_configure(config):
@@ -40,7 +40,11 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.path.name not in LONG_FILES)  # stable: same order else
+    def rank(item: pytest.Item) -> int:  # the long files first, longest first; stable else
+        name = item.path.name
+        return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
+
+    items.sort(key=rank)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device; this machine has none")
