@@ -64,10 +64,11 @@ $(DASHBOARD_STAMP): $(STAMP)
 dashboard: $(DASHBOARD_STAMP) ## Optuna dashboard on runs/grid/optuna.db, 127.0.0.1:8080 (GRID=smoke)
 	$(BIN)/python -m infra.dashboard --storage $(STORAGE) --port $(DASHBOARD_PORT)
 
-# three pytest processes (pytest-xdist), a test file on one of them at a time: with two, the
-# suite kept the 2 cores ~73 % busy (it waits on servers, subprocesses, heartbeats and signals);
+# two pytest processes (pytest-xdist), a test file on one of them at a time: the suite waits on
+# servers, subprocesses, heartbeats and signals, so two share the 2 cores (three: slower, the
+# tests contend for the cores; measured on a fresh clone, 28 min 00 s of pytest against 25:56);
 # `make test PYTEST_WORKERS=0` runs it in one process
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 2
 test: $(STAMP) ## run the whole test suite (what CI runs)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
