@@ -6,8 +6,9 @@ The names below are imported on first use (PEP 562): ``damptune simulate``, ``da
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from damptune.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from damptune.checkpoint import load_checkpoint, save_checkpoint
@@ -39,9 +40,7 @@ _EXPORTS = {
     "damptune.state": ("TrainData", "TrainState"),
     "damptune.trainer": ("calibrate", "train"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = [  # the names of _EXPORTS (tests/damptune/test_package.py)
+__all__ = [  # the names of _EXPORTS (tests/test_packages.py)
     "DAMPERS", "CheckpointError", "ClusterError", "ConfigError", "DampedClassifier", "Damper",
     "DamptuneError", "EvalRecord", "Param", "Placement", "Progress", "Record", "ResumeRecord",
     "Step", "StopTraining", "TrainConfig", "TrainData", "TrainState", "UpdateRecord",
@@ -50,15 +49,4 @@ __all__ = [  # the names of _EXPORTS (tests/damptune/test_package.py)
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A name of ``__all__``, imported from its module the first time it is asked for."""
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'damptune' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,7 +1,7 @@
 """The grid's answer, from plain data: for each (network size, model), the algorithms ranked by
 their best simulated time to the target accuracy, with the speedup over ``geodamplr``.
 
-Pure functions over the summary rows of the cells (``tasks.cell.summarize``, plus the study's
+Pure functions over the summary rows of the cells (``tasks.search.summarize``, plus the study's
 ``target_accuracy``) and over a trial's checkpoint dict (its ``history``, ``config`` and
 ``model``): nothing here reads a file or a store.
 """

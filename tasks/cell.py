@@ -21,47 +21,26 @@ from models import load_dataset
 from tasks import tracking
 from tasks.driver import StudyDriver, Ticket
 from tasks.faults import Retries, is_infrastructure_fault
-from tasks.grid import Cell, GridSettings
+from tasks.grid import Cell, GridSettings, checkpoint_path
 from tasks.registry import log_best_of_cell
 from tasks.results import TrialResult, TrialState
 from tasks.search import (
-    best_trial,
     distributions,
     open_study,
-    reached_target,
     storage_for,
     study_name,
+    summarize,
     with_storage_retries,
 )
 from tasks.session import Session, session_for
-from tasks.trial import checkpoint_path, run_trial
+from tasks.trial import run_trial
 from tasks.validation import seed_validation, validation_due
 from tasks.warmstart import seed_study, seeds_of
 
-__all__ = ["run_cell", "summarize"]
+__all__ = ["run_cell"]
 
 State = optuna.trial.TrialState
 
-
-def summarize(study: optuna.Study, cell: Cell) -> dict[str, Any]:
-    """Best hyperparameters and value, and the trial counts of one cell."""
-    trials = study.get_trials(deepcopy=False)
-    complete = [t for t in trials if t.state == State.COMPLETE]
-    best = best_trial(trials)
-    return {
-        "network": cell.network,
-        "algorithm": cell.algorithm,
-        "model": cell.model,
-        "study": study.study_name,
-        "best_params": dict(best.params) if best else {},
-        "best_value": best.value if best else None,
-        "best_trial": best.number if best else None,
-        "reached": reached_target(best) if best else None,
-        "n_complete": len(complete),
-        "n_pruned": sum(t.state == State.PRUNED for t in trials),
-        "n_failed": sum(t.state == State.FAIL for t in trials),
-        "n_interrupted": sum(t.state == State.RUNNING for t in trials),
-    }
 
 
 # how often a cell that waits for another run's trials looks again: a trial of a live run

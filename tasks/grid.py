@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -18,9 +19,9 @@ from damptune.validate import (
 )
 from models import DATASETS, MODELS, check_dataset
 
-__all__ = ["Cell", "GridSettings", "cells_of", "shared_across_networks", "share_rows",
-           "never_grows", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS", "DEFAULT_EPOCHS",
-           "PRUNERS", "GRID_DEVICES"]
+__all__ = ["Cell", "GridSettings", "checkpoint_path", "cells_of", "shared_across_networks",
+           "share_rows", "never_grows", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS",
+           "DEFAULT_EPOCHS", "PRUNERS", "GRID_DEVICES"]
 
 ALGORITHMS = ("geodamplr", "cntsdamplr", "geodamp", "padadamp", "adadamp", "radadamp")
 MODEL_NAMES = ("mlp", "cnn")
@@ -288,3 +289,11 @@ def share_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                  "shared_from": f"n{r['network']}/{r['algorithm']}/{r['model']}"}
                 for n in networks[1:] if (n, r["model"]) not in have]
     return out
+
+def checkpoint_path(grid: GridSettings, c: Cell, number: int) -> str:
+    """Where trial ``number`` of cell ``c`` checkpoints: under the grid's run directory, which
+    belongs to one grid (``tasks.report.check_run_dir``), or under ``checkpoint_root``, which
+    grids may share, in the grid's own folder there, so no grid resumes another's trial."""
+    base = (os.path.join(grid.checkpoint_root, grid.grid_name) if grid.checkpoint_root
+            else grid.run_dir)
+    return os.path.join(base, "checkpoints", c.key, f"trial-{number}.pt")

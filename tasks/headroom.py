@@ -20,9 +20,8 @@ from damptune.checkpoint import load_checkpoint
 from damptune.config import TrainConfig
 from damptune.errors import DamptuneError
 from tasks.answer import BASELINE, n_params_of
-from tasks.grid import Cell, GridSettings, never_grows
+from tasks.grid import Cell, GridSettings, checkpoint_path, never_grows
 from tasks.objective import objective
-from tasks.trial import checkpoint_path
 
 __all__ = ["headroom_rows", "headroom_markdown"]
 

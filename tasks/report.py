@@ -23,13 +23,11 @@ from tasks.answer import (
     ranking_markdown,
     replay_on_profiles,
 )
-from tasks.cell import summarize
 from tasks.figures import draw_figures
-from tasks.grid import Cell, GridSettings, never_grows, share_rows
+from tasks.grid import Cell, GridSettings, checkpoint_path, never_grows, share_rows
 from tasks.headroom import headroom_markdown, headroom_rows
-from tasks.search import storage_for
+from tasks.search import storage_for, summarize
 from tasks.stats import ANSWER_COLUMNS, answer_rows
-from tasks.trial import checkpoint_path
 from tasks.validation import validation_rows
 
 __all__ = ["grid_rows", "write_summary", "COLUMNS", "read_meta", "write_meta", "GridIncomplete",
@@ -72,7 +70,7 @@ class GridIncomplete(RuntimeError):
 def grid_rows(storage: str, *, grid_name: str | None = None,
               stage: str = "search") -> list[dict[str, Any]]:
     """One row per cell study found in ``storage`` (optionally only one grid's): the cell's
-    summary (:func:`tasks.cell.summarize`) with its study's ``grid``, ``target_accuracy`` and
+    summary (:func:`tasks.search.summarize`) with its study's ``grid``, ``target_accuracy`` and
     ``profile``."""
     rows = []
     store = storage_for(storage)

@@ -18,6 +18,7 @@ from tasks.grid import Cell, GridSettings
 from tasks.retries import retry
 
 __all__ = [
+    "summarize",
     "storage_for", "study_name", "open_study", "distributions", "FINISHED",
     "best_value", "best_trial", "reached_target", "TARGET_CONSTRAINT",
     "finished_in_grid", "check_grid_data", "sampler_for", "sampler_kind", "pruner_for",
@@ -265,3 +266,23 @@ def with_storage_retries(fn: Callable[[], T], *, attempts: int = 5, delay: float
 
 class StorageUnavailable(DamptuneError):
     """The Optuna storage stayed unreachable through the retries."""
+
+def summarize(study: optuna.Study, cell: Cell) -> dict[str, Any]:
+    """Best hyperparameters and value, and the trial counts of one cell."""
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    best = best_trial(trials)
+    return {
+        "network": cell.network,
+        "algorithm": cell.algorithm,
+        "model": cell.model,
+        "study": study.study_name,
+        "best_params": dict(best.params) if best else {},
+        "best_value": best.value if best else None,
+        "best_trial": best.number if best else None,
+        "reached": reached_target(best) if best else None,
+        "n_complete": len(complete),
+        "n_pruned": sum(t.state == optuna.trial.TrialState.PRUNED for t in trials),
+        "n_failed": sum(t.state == optuna.trial.TrialState.FAIL for t in trials),
+        "n_interrupted": sum(t.state == optuna.trial.TrialState.RUNNING for t in trials),
+    }

@@ -7,7 +7,6 @@ is the objective of :mod:`tasks.objective`: simulated seconds to the target accu
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from prefect import task
@@ -27,7 +26,7 @@ from tasks.callbacks import (
 )
 from tasks.driver import trial_handle
 from tasks.faults import is_infrastructure_fault
-from tasks.grid import Cell, GridSettings
+from tasks.grid import Cell, GridSettings, checkpoint_path
 from tasks.leases import Heartbeat
 from tasks.objective import objective
 from tasks.registry import dataset_input
@@ -129,14 +128,6 @@ def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any], ds: Dataset
             "profile": grid.profile, "target_accuracy": grid.target_for(c.model),
             "epochs": grid.epochs_for(c.model), **{f"hp.{k}": v for k, v in params.items()}}
 
-
-def checkpoint_path(grid: GridSettings, c: Cell, number: int) -> str:
-    """Where trial ``number`` of cell ``c`` checkpoints: under the grid's run directory, which
-    belongs to one grid (``tasks.report.check_run_dir``), or under ``checkpoint_root``, which
-    grids may share, in the grid's own folder there, so no grid resumes another's trial."""
-    base = (os.path.join(grid.checkpoint_root, grid.grid_name) if grid.checkpoint_root
-            else grid.run_dir)
-    return os.path.join(base, "checkpoints", c.key, f"trial-{number}.pt")
 
 
 def trial_callbacks(*, worklog: WorkLog, logger: MlflowTrialLogger,

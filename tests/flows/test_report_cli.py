@@ -10,8 +10,7 @@ import optuna
 import pytest
 
 from tasks.figures import FIGURES
-from tasks.grid import Cell
-from tasks.trial import checkpoint_path
+from tasks.grid import Cell, checkpoint_path
 from tests.tasks.report_grids import build_grid, settings_for
 
 pytestmark = pytest.mark.slow  # 4 short training runs, then the command (imports ~5 s)

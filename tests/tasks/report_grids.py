@@ -14,11 +14,11 @@ import optuna
 from damptune import TrainData, train
 from damptune.checkpoint import load_checkpoint
 from models import load_dataset
-from tasks.grid import Cell, GridSettings
+from tasks.grid import Cell, GridSettings, checkpoint_path
 from tasks.objective import objective
 from tasks.report import write_meta
 from tasks.search import TARGET_CONSTRAINT, distributions, open_study
-from tasks.trial import checkpoint_path, trial_config
+from tasks.trial import trial_config
 
 # a fixed compute calibration (seconds), as a study keeps its first measurement
 CALIBRATION = dict(compute_per_example=2e-5, compute_fixed=1e-4, compute_forward_per_example=7e-6,

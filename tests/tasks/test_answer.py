@@ -13,9 +13,8 @@ from damptune import TrainConfig
 from damptune.netmodel import PROFILES, time_to_target
 from tasks.answer import n_params_of, rank_cells, replay_on_profiles
 from tasks.figures import FIGURES, accuracy_curves, profiles_bars, time_vs_network
-from tasks.grid import Cell
+from tasks.grid import Cell, checkpoint_path
 from tasks.report import build_report, grid_rows, write_report
-from tasks.trial import checkpoint_path
 from tests.tasks.report_grids import build_grid, checkpoint_of, settings_for
 
 # the grid trains 10 short local-mode runs: its tests are marked slow. radadamp's replay needs

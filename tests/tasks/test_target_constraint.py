@@ -9,12 +9,11 @@ leases, TPE asking the next trial."""
 import pytest
 
 from tasks.answer import rank_cells
-from tasks.cell import summarize
 from tasks.driver import StudyDriver
 from tasks.grid import Cell, GridSettings
 from tasks.leases import Leases
 from tasks.results import TrialResult, TrialState
-from tasks.search import best_value, distributions, open_study
+from tasks.search import best_value, distributions, open_study, summarize
 from tasks.warmstart import seeds_of
 
 CELL = Cell(4, "geodamp", "mlp")
