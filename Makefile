@@ -6,10 +6,10 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-gpu run smoke stack-up stack-down stack-status deploy dashboard test \
-	test-fast lint bench accuracy clean
+	test-fast check-install lint bench accuracy clean
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -74,6 +74,11 @@ test: $(STAMP) ## run the whole test suite (what CI runs)
 
 test-fast: $(STAMP) ## the tests without those marked slow
 	$(BIN)/python -m pytest -m "not slow"
+
+# a fresh virtualenv in a temporary directory, `pip install .` (not editable), then
+# `damptune tune` on one tiny cell from another temporary directory; minutes, not in `make test`
+check-install: ## non-editable install check: the run directory lands where damptune runs
+	$(PY) infra/check_install.py
 
 lint: $(STAMP) ## ruff on everything, mypy on the engine, tasks and flows
 	$(BIN)/ruff check damptune models tasks flows tests bench infra

@@ -34,8 +34,9 @@ def _target(text: str) -> float | dict[str, float]:
         raise argparse.ArgumentTypeError(f"expected 0.6 or mlp=0.6,cnn=0.85: {exc}") from exc
 
 
-# `damptune tune` options: (flag, flow parameter, type, help); an option not given takes the
-# flow's default (the same values as tasks.grid.GridSettings, tested)
+# `damptune tune` options: (flag, flow parameter, type, help); an option not given is not passed,
+# so the flow's default applies (the same values as tasks.grid.GridSettings, tested); `--help`
+# prints that default, read from the flow's signature (_FlowDefaultsFormatter)
 _TUNE_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--networks", "networks", "ints", "network sizes, e.g. 2,4"),
     ("--algorithms", "algorithms", "strs", "e.g. geodamp,padadamp"),
@@ -58,7 +59,8 @@ _TUNE_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--grid-name", "grid_name", str, "the grid's name"),
     ("--run-dir", "run_dir", str, "default ./runs/<grid name>"),
     ("--storage", "storage", str, "Optuna storage URL (default SQLite in the run dir)"),
-    ("--tracking-uri", "tracking_uri", str, "MLflow URI (default SQLite in the run dir)"),
+    ("--tracking-uri", "tracking_uri", str,
+     "MLflow URI (default: $MLFLOW_TRACKING_URI, else SQLite in the run dir)"),
     ("--cluster", "cluster", str, "local, tcp://HOST:PORT or a cluster YAML"),
     ("--sampler", "sampler", str, "auto, tpe or gp"),
     ("--pruner", "pruner", str, "bound, hyperband, sha or none"),
@@ -81,13 +83,48 @@ _TUNE_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
      "Dask workers a trial's ranks run on (0: one per rank; default: on --cluster local, the "
      "cores shared by the trials at once)"),
 )
+
+
+def _default_text(value: Any) -> str:
+    """A flow default as ``damptune tune`` takes it: 2,4 for a list, mlp=12,cnn=10 for a dict,
+    12 for 12.0; ``none`` for None."""
+    def one(v: Any) -> str:
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
+    if value is None:
+        return "none"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={one(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ",".join(one(v) for v in value)
+    return one(value)
+
+
+class _FlowDefaultsFormatter(argparse.HelpFormatter):
+    """Appends to each option's help the default of its flow parameter, read from the ``tune``
+    flow's signature when the help is printed (so `damptune train` never imports Prefect).
+    A help text that already says what its None default means gets nothing appended."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.dest not in {dest for _, dest, _, _ in _TUNE_OPTIONS}:
+            return text
+        from flows.tune import flow_defaults
+
+        value = flow_defaults()[action.dest]
+        if value is None and "default" in text:
+            return text
+        return f"{text} (default: {_default_text(value).replace('%', '%%')})"
+
+
 def register_tune(sub: Any) -> None:
     t = sub.add_parser("tune", help="run the tuning grid in this process (no servers needed)",
-                       argument_default=argparse.SUPPRESS)
+                       argument_default=argparse.SUPPRESS,
+                       formatter_class=_FlowDefaultsFormatter)
     types = {"ints": _csv(int), "strs": _csv(str), "target": _target}
     for flag, dest, kind, help_text in _TUNE_OPTIONS:
         t.add_argument(flag, dest=dest, type=types.get(kind, kind) if isinstance(kind, str)
-                       else kind, help=help_text + " (default: the flow's)")
+                       else kind, help=help_text)
     t.add_argument("--no-warm-start", dest="warm_start", action="store_false",
                    help="do not seed cells with their finished neighbours' best")
     t.add_argument("--no-system-metrics", dest="system_metrics", action="store_false",

@@ -2,6 +2,10 @@
 
 import dataclasses
 import importlib
+import os
+import re
+import subprocess
+import sys
 
 from damptune import interrupt
 from damptune.cli import main
@@ -59,3 +63,32 @@ def test_cli_tune_from_a_directory_runs_the_grid_there(tmp_path, monkeypatch):
                  "--trials", "1", "--grid-name", "tiny", "--no-progress"]) == 0
     assert calls[0]["run_dir"] == str(tmp_path / "runs" / "tiny")
     assert calls[0]["storage"] == f"sqlite:///{tmp_path}/runs/tiny/optuna.db"
+
+
+def test_cli_tune_help_prints_the_flow_defaults_once():
+    """`damptune tune --help` shows, for each option, the default its flow parameter really
+    has (the flow's signature), written as the option takes it, and never twice."""
+    out = subprocess.run([sys.executable, "-m", "damptune", "tune", "--help"], check=True,
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "COLUMNS": "2000"}).stdout  # a help a line
+    helps = dict(re.findall(r"^  (--[\w-]+) [A-Z_]+\s+(.*)$", out, re.MULTILINE))
+    flow = flow_defaults()
+    expected = {
+        "--trials": str(flow["trials"]),
+        "--networks": ",".join(str(n) for n in flow["networks"]),
+        "--models": ",".join(flow["models"]),
+        "--epochs": ",".join(f"{m}={e:g}" for m, e in flow["epochs"].items()),
+        "--target": ",".join(f"{m}={a:g}" for m, a in flow["target_accuracy"].items()),
+        "--profile": flow["profile"],
+        "--checkpoint-seconds": f"{flow['checkpoint_seconds']:g}",
+        "--concurrent-cells": str(flow["max_concurrent_cells"]),
+        "--validation-seeds": str(flow["validation_seeds"]),
+        "--max-cluster-lifetime": "none" if flow["max_cluster_lifetime"] is None else "?",
+    }
+    assert expected["--epochs"].startswith("mlp=12,cnn=10")
+    for flag, value in expected.items():
+        assert helps[flag].endswith(f"(default: {value})"), (flag, helps[flag])
+    assert "the flow's" not in out
+    assert sorted(helps) == sorted(flag for flag, _, _, _ in _TUNE_OPTIONS)
+    for flag in helps:  # one default each (a None one: "none", or what None means)
+        assert helps[flag].count("default") == 1, (flag, helps[flag])
