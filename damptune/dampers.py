@@ -24,12 +24,11 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
-
-from sklearn.base import BaseEstimator
+from typing import Any, ClassVar, Self, cast
 
 from damptune.errors import ConfigError
 from damptune.imports import import_path, resolve
@@ -97,8 +96,12 @@ class Step:
     lr: float
 
 
-class Damper(BaseEstimator):
+class Damper:
     """Base class. Subclasses implement :meth:`raw_damping` and declare ``search_space``.
+
+    Its hyperparameters are its constructor's keyword arguments, kept as attributes of the same
+    names: :meth:`get_params` and :meth:`set_params` follow scikit-learn's protocol (``clone``
+    works), without importing scikit-learn (~1.5 s of CPU in every process that trains).
 
     Args:
         initial: initial batch size B0, in examples.
@@ -114,6 +117,31 @@ class Damper(BaseEstimator):
     def __init__(self, *, initial: int = 32, dwell: int = 1) -> None:
         self.initial = initial
         self.dwell = dwell
+
+    # -- scikit-learn's parameter protocol -------------------------------------------------
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        signature = inspect.signature(cls.__init__)
+        return sorted(p.name for p in signature.parameters.values()
+                      if p.name != "self" and p.kind is not p.VAR_KEYWORD)
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The hyperparameters, by name (``deep`` is accepted: a damper has no sub-objects)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> Self:
+        """Set hyperparameters by name; an unknown name is a ``ValueError``, as in sklearn."""
+        unknown = sorted(set(params) - set(self._param_names()))
+        if unknown:
+            raise ValueError(f"invalid parameters {unknown} for {type(self).__name__}: "
+                             f"valid parameters are {self._param_names()}")
+        for name, value in params.items():
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
 
     # -- the rule ---------------------------------------------------------------------------
     def raw_damping(self, progress: Progress) -> float:

@@ -43,3 +43,9 @@ def test_the_report_does_not_import_the_orchestration():
     Dask (tasks' package no longer imports every task)."""
     got = _imported("import tasks.report")
     assert "prefect" not in got and "mlflow" not in got and "distributed" not in got, got
+
+
+def test_training_imports_no_scikit_learn():
+    """A rank's worker and the flow's dampers need no scikit-learn (the dampers follow its
+    parameter protocol without it); only `DampedClassifier` imports it."""
+    assert "sklearn" not in _imported("import damptune.ranks, damptune.trainer, tasks.grid")

@@ -123,3 +123,16 @@ def test_bad_hyperparameter_error_names_parameter():
         get_damper("sgd", initial=0).step(Progress(update=0), lr0=1.0, max_batch_size=64)
     with pytest.raises(ConfigError, match="batch_size__"):
         get_damper("geodamp", rate=3)
+
+
+def test_damper_parameter_protocol_is_scikit_learns():
+    from sklearn.base import clone
+
+    damper = GeoDamp(initial=8, factor=3)
+    assert damper.get_params() == {"delay": 10, "dwell": 1, "factor": 3, "initial": 8}
+    twin = clone(damper)
+    assert type(twin) is GeoDamp and twin.get_params() == damper.get_params()
+    assert twin.set_params(delay=4) is twin and twin.delay == 4 and damper.delay == 10
+    with pytest.raises(ValueError, match="rate"):
+        twin.set_params(rate=1.0)
+    assert repr(twin) == "GeoDamp(delay=4, dwell=1, factor=3, initial=8)"
