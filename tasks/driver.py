@@ -100,9 +100,28 @@ class StudyDriver:
                 continue
             if self._finished_meanwhile(t):
                 continue
+            if set(self.space) - set(t.params):
+                t = self._sample_again(t)
             self._set_state(t.number, RESUMED)
             tickets.append(_ticket(t))
         return tickets
+
+    def _sample_again(self, t: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
+        """A trial whose run died inside ``study.ask``: created, its parameters not (all)
+        written. They are sampled again as at its ask (:meth:`_ask_due`): the sampler seeded
+        for its number, over the same finished trials (none is asked while it is unfinished),
+        so the trial gets the clean run's parameters, not the damper's defaults; an enqueued
+        trial's fixed parameters come back as they were."""
+        self.study.sampler = sampler_for(self.settings, t.number, self.study.study_name,
+                                         len(self.space))
+
+        def suggest() -> None:
+            trial = trial_handle(self.study, t._trial_id)
+            for name, distribution in self.space.items():
+                trial._suggest(name, distribution)  # what study.ask(space) does
+
+        with_storage_retries(suggest)
+        return with_storage_retries(lambda: self.study._storage.get_trial(t._trial_id))
 
     def _finished_meanwhile(self, t: optuna.trial.FrozenTrial) -> bool:
         """Whether the run that held ``t``'s lease finished it between our reading it RUNNING
