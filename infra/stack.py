@@ -409,11 +409,18 @@ def _server_command(stack: Stack, paths: StackPaths, _: int) -> list[str]:
             "--port", str(stack.prefect_port)]
 
 
+SLOT_WAIT_S = 5
+
+
 def _server_env(stack: Stack, paths: StackPaths) -> dict[str, str]:
     return {**base_env(), "PREFECT_HOME": str(paths.run_dir / "prefect"),
             "PREFECT_API_DATABASE_CONNECTION_URL":
                 f"sqlite+aiosqlite:///{paths.run_dir / 'prefect.db'}",
-            "PREFECT_API_URL": stack.prefect_api_url}
+            "PREFECT_API_URL": stack.prefect_api_url,
+            # a run queued behind a deployment's concurrency limit (AwaitingConcurrencySlot)
+            # asks for its slot again after this many seconds (Prefect's default: 30): it
+            # starts within ~5 s of the slot freeing
+            "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": str(SLOT_WAIT_S)}
 
 
 def _worker_command(stack: Stack, paths: StackPaths, limit: int) -> list[str]:

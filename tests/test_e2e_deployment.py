@@ -27,6 +27,7 @@ import psutil
 import pytest
 
 from infra.main import experiment_url, wait_for_flow_run
+from infra.prefect_api import client, run_deployment
 from infra.stack import REPO_ROOT, Stack, free_port, running_stack, up
 from tests.flows.grids import GRID, runs_per_trial, trials_of
 
@@ -81,6 +82,21 @@ def _start(env: dict[str, str], deployment: str, params: dict) -> str:
     return next(line.split()[-1] for line in created.stdout.splitlines() if "UUID" in line)
 
 
+def _run_deployment(api_url: str, deployment: str, params: dict) -> str:
+    """A run of ``deployment`` ("flow/name") with ``params``, created with Prefect's client (what
+    `prefect deployment run` and `make run` call; the smoke test runs that command itself)."""
+    return str(run_deployment(api_url, deployment, params))
+
+
+def _cancel(api_url: str, flow_run_id: str) -> None:
+    """Cancel a flow run with Prefect's client, as `prefect flow-run cancel` does: its state
+    becomes Cancelling, and its worker ends the process."""
+    from prefect.states import Cancelling
+
+    with client(api_url) as c:
+        c.set_flow_run_state(flow_run_id, Cancelling())
+
+
 def _flow_run_logs(api_url: str, flow_run_id: str) -> str:
     logs = _api(f"{api_url}/logs/filter", {"logs": {"flow_run_id": {"any_": [flow_run_id]}},
                                            "sort": "TIMESTAMP_ASC", "limit": 200})
@@ -132,7 +148,7 @@ def deployed(shared_stack: Deployed) -> Iterator[Deployed]:
     unfinished = _api(f"{shared_stack.api}/flow_runs/filter", {"flow_runs": {"state": {
         "type": {"any_": ["SCHEDULED", "PENDING", "RUNNING", "CANCELLING", "PAUSED"]}}}})
     for run in unfinished:
-        _cli(shared_stack.env, "flow-run", "cancel", run["id"])
+        _cancel(shared_stack.api, run["id"])
         wait_for_flow_run(shared_stack.api, run["id"], timeout_s=300)
 
 
@@ -233,10 +249,10 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
     session's, tests/conftest.py: the same grid, parameters and name, never disturbed). Then,
     on the same stack, a run cancelled from the API mid-grid ends Cancelled, and its rerun
     ends equal to that clean run too."""
-    env, api = deployed.env, deployed.api
+    api = deployed.api
     params = {**GRID, "grid_name": "g"}  # the clean run's grid (the deployment's are replaced)
     run_dir = tmp_path / "grid"
-    first = _start(env, "tune/smoke", {**params, "run_dir": str(run_dir)})
+    first = _run_deployment(api, "tune/smoke", {**params, "run_dir": str(run_dir)})
     _when_training(run_dir)
     worker = psutil.Process(int((deployed.stack.run_dir / "pids" / "prefect-worker.pid")
                                 .read_text()))
@@ -244,7 +260,8 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
     psutil.wait_procs([worker], timeout=30)  # dead (a SIGKILL is not instantaneous)
 
     up(deployed.stack.run_dir, **deployed.ports)  # a new worker; runs whose process died are
-    second = _start(env, "tune/smoke", {**params, "run_dir": str(run_dir)})  # marked Crashed
+    # marked Crashed
+    second = _run_deployment(api, "tune/smoke", {**params, "run_dir": str(run_dir)})
     flow_run = wait_for_flow_run(api, second, timeout_s=1200)
     assert flow_run["state"]["type"] == "COMPLETED", _flow_run_logs(api, second)
     orphan = wait_for_flow_run(api, first, timeout_s=60)
@@ -265,9 +282,9 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
     cancel_dir = tmp_path / "cancelled"
     cancel_params = {**params, "run_dir": str(cancel_dir),
                      "tracking_uri": f"sqlite:///{cancel_dir}/mlflow.db"}
-    third = _start(env, "tune/smoke", cancel_params)
+    third = _run_deployment(api, "tune/smoke", cancel_params)
     _when_training(cancel_dir)
-    _cli(env, "flow-run", "cancel", third)
+    _cancel(api, third)
     # the worker ends the process (SIGTERM: its trials checkpoint), then sets Cancelled; the
     # engine may say Crashed ("aborted by a termination signal") a moment before that
     deadline = time.monotonic() + 300
@@ -275,7 +292,7 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
             time.monotonic() < deadline):
         time.sleep(2)
     assert state["type"] == "CANCELLED", (state, _flow_run_logs(api, third))
-    fourth = _start(env, "tune/smoke", cancel_params)
+    fourth = _run_deployment(api, "tune/smoke", cancel_params)
     assert wait_for_flow_run(api, fourth, timeout_s=900)["state"][
         "type"] == "COMPLETED", _flow_run_logs(api, fourth)
     assert trials_of(str(cancel_dir), "g") == clean
@@ -297,13 +314,13 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
     others')."""
     from infra.stack import ZOMBIE_AUTOMATION
 
-    env, api = deployed.env, deployed.api
+    api = deployed.api
     automations = _api(f"{api}/automations/filter", {})
     assert ZOMBIE_AUTOMATION in {a["name"] for a in automations}
     run_dir = tmp_path / "grid"
     params = {**GRID, "algorithms": ["geodamp"], "grid_name": "g", "run_dir": str(run_dir),
               "tracking_uri": f"sqlite:///{run_dir}/mlflow.db"}
-    first = _start(env, "tune/smoke", params)
+    first = _run_deployment(api, "tune/smoke", params)
     _when_training(run_dir)
     engines = [p for p in psutil.process_iter(["cmdline", "environ"])
                if "prefect.engine" in " ".join(p.info["cmdline"] or [])
@@ -323,7 +340,7 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
     assert "no heartbeat" in (state.get("message") or ""), state
 
     up(deployed.stack.run_dir, **deployed.ports)  # a new worker on a new machine
-    second = _start(env, "tune/smoke", params)
+    second = _run_deployment(api, "tune/smoke", params)
     flow_run = wait_for_flow_run(api, second, timeout_s=600)
     assert flow_run["state"]["type"] == "COMPLETED", _flow_run_logs(api, second)
     cell = "n2/geodamp/mlp"
