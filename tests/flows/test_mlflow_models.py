@@ -119,11 +119,12 @@ def test_without_servers_the_best_is_registered_and_system_metrics_false_logs_no
     assert np.asarray(model.predict(load_dataset("mnist1d", seed=0).X_test[:3])).shape == (3, 10)
 
 
-def test_cli_no_system_metrics_turns_them_off(tmp_path, scheduler):
-    """`damptune tune --no-system-metrics` (a real process): its trials' runs have none."""
+def test_cli_no_system_metrics_turns_them_off(tmp_path, scheduler, prefect_harness):
+    """`damptune tune --no-system-metrics` (a real process, on the session's Prefect server):
+    its trials' runs have none."""
     run_dir = tmp_path / "cli"
     env = {**os.environ, "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_API_URL": prefect_harness}
     done = subprocess.run(
         [sys.executable, "-m", "damptune", "tune", "--networks", "2", "--algorithms",
          "geodamp", "--models", "mlp", "--trials", "2", "--epochs", "3", "--target", "0.45",
