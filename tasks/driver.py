@@ -101,27 +101,38 @@ class StudyDriver:
             if self._finished_meanwhile(t):
                 continue
             if set(self.space) - set(t.params):
-                t = self._sample_again(t)
+                resampled = self._sample_again(t)
+                if resampled is None:  # another run is asking it now: the trial is its
+                    self.leases.release(self.lease_key(t.number), self.owner)
+                    continue
+                t = resampled
             self._set_state(t.number, RESUMED)
             tickets.append(_ticket(t))
         return tickets
 
-    def _sample_again(self, t: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
+    def _sample_again(self, t: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial | None:
         """A trial whose run died inside ``study.ask``: created, its parameters not (all)
         written. They are sampled again as at its ask (:meth:`_ask_due`): the sampler seeded
         for its number, over the same finished trials (none is asked while it is unfinished),
         so the trial gets the clean run's parameters, not the damper's defaults; an enqueued
-        trial's fixed parameters come back as they were."""
-        self.study.sampler = sampler_for(self.settings, t.number, self.study.study_name,
-                                         len(self.space))
+        trial's fixed parameters come back as they were. None while another run holds the
+        study's ask lease: that run is asking this trial now (it is not dead)."""
+        key = f"{self.study.study_name}#ask"
+        if not self.leases.acquire(key, self.owner):
+            return None
+        try:
+            self.study.sampler = sampler_for(self.settings, t.number, self.study.study_name,
+                                             len(self.space))
 
-        def suggest() -> None:
-            trial = trial_handle(self.study, t._trial_id)
-            for name, distribution in self.space.items():
-                trial._suggest(name, distribution)  # what study.ask(space) does
+            def suggest() -> None:
+                trial = trial_handle(self.study, t._trial_id)
+                for name, distribution in self.space.items():
+                    trial._suggest(name, distribution)  # what study.ask(space) does
 
-        with_storage_retries(suggest)
-        return with_storage_retries(lambda: self.study._storage.get_trial(t._trial_id))
+            with_storage_retries(suggest)
+            return with_storage_retries(lambda: self.study._storage.get_trial(t._trial_id))
+        finally:
+            self.leases.release(key, self.owner)
 
     def _finished_meanwhile(self, t: optuna.trial.FrozenTrial) -> bool:
         """Whether the run that held ``t``'s lease finished it between our reading it RUNNING

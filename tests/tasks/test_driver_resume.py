@@ -52,3 +52,15 @@ def test_a_trial_killed_before_its_parameters_were_written_resumes_with_the_clea
     assert (resumed.number, resumed.params) == (expected.number, expected.params)
     stored = rerun.study.trials[N_BEFORE]
     assert stored.state == optuna.trial.TrialState.RUNNING and stored.params == expected.params
+
+
+def test_a_trial_another_run_is_asking_is_left_to_it(tmp_path):
+    """The same trial while a live run is inside its `ask` (it holds the study's ask lease):
+    another run does not take it over; the asking run's lease on it stays free."""
+    asking = _driver(tmp_path, "asking-run")
+    _finish_first_trials(asking)
+    asking.study._storage.create_new_trial(asking.study._study_id)
+    assert asking.leases.acquire(f"{asking.study.study_name}#ask", "asking-run")
+    other = _driver(tmp_path, "other-run")
+    assert other.stale_trials() == []
+    assert asking.leases.acquire(asking.lease_key(N_BEFORE), "asking-run")
