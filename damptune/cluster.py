@@ -14,25 +14,11 @@ import dask
 from distributed import Client, LocalCluster
 
 from damptune.errors import ClusterError, ConfigError
+from damptune.quiet import QUIET_CONFIG, QuietScheduler, QuietWorker, in_step
 from damptune.state import TrainData
 
 __all__ = ["connect", "worker_addresses", "scatter_data", "local_cluster", "gather_within",
            "WorkerGroup", "ClusterWorkers", "live_workers", "scheduler_address", "QUIET_CONFIG"]
-
-# Dask's periodic work that an idle process pays for, slowed to what a training cluster needs
-# (``bench/idle_cluster.py`` measures it). The defaults wake every process 50 times a second
-# (``tick``, a check that the event loop is not blocked) and sample every worker's stack 100
-# times a second (``profile``, the dashboard's profiler, which we never open): 16 idle workers
-# then used ~27 % of a core, against ~3 % with these. Memory is still checked every second.
-QUIET_CONFIG: dict[str, Any] = {
-    "distributed.worker.profile.enabled": False,
-    "distributed.admin.tick.interval": "1s",
-    "distributed.admin.tick.cycle": "5s",
-    "distributed.admin.system-monitor.interval": "5s",
-    "distributed.worker.memory.monitor-interval": "1s",
-    "distributed.scheduler.work-stealing-interval": "1s",
-}
-
 
 # What a rank's worker process imports before its first task (torch, torch._dynamo, which
 # torch.optim imports at the first step, the engine): ~5 s of CPU per process when each worker
@@ -56,12 +42,13 @@ def _preload_forkserver() -> None:
 
 
 def local_cluster(*, n_workers: int, local_directory: str | None = None) -> LocalCluster:
-    """A LocalCluster of single-threaded worker processes bound to 127.0.0.1."""
+    """A LocalCluster of single-threaded worker processes bound to 127.0.0.1, whose idle Dask
+    work is slowed (``damptune.quiet``: ~4 % of a core for 16 idle workers -> under 1 %)."""
     directory = local_directory or os.path.join(os.getcwd(), "runs", "dask-scratch")
     os.makedirs(directory, exist_ok=True)
     _preload_forkserver()
     with dask.config.set({**QUIET_CONFIG, **FORKSERVER}):  # scheduler, nannies, workers
-        return LocalCluster(
+        cluster = LocalCluster(
             n_workers=n_workers,
             threads_per_worker=1,
             processes=True,
@@ -69,7 +56,13 @@ def local_cluster(*, n_workers: int, local_directory: str | None = None) -> Loca
             dashboard_address=None,
             local_directory=directory,
             silence_logs=40,  # logging.ERROR
+            scheduler_kwargs={"plugins": [QuietScheduler()]},
+            scheduler_sync_interval=5,  # s, the cluster object's info to the scheduler (Dask: 1)
+            plugins=[QuietWorker()],  # passed by each nanny to its worker
         )
+    # the scheduler and the nannies share this loop: their timers started one by one
+    cluster.sync(in_step, cluster.scheduler, list(cluster.workers.values()))
+    return cluster
 
 
 @contextlib.contextmanager

@@ -1,11 +1,15 @@
-"""damptune.cluster.local_cluster: workers forked from a server that imported what ranks need."""
+"""damptune.cluster.local_cluster: workers forked from a server that imported what ranks need;
+an idle cluster's slowed heartbeat still lets the scheduler notice a killed worker at once."""
 
 import os
+import signal
 import sys
+import time
 
 from distributed import Client
 
 from damptune.cluster import FORKSERVER_PRELOAD, local_cluster
+from damptune.quiet import HEARTBEAT_SECONDS
 
 
 def _worker_facts() -> dict:
@@ -34,3 +38,26 @@ def test_workers_start_with_torch_and_the_engine_imported(tmp_path):
         assert fact["preloaded"] == ["damptune.ranks", "torch", "torch._dynamo"], fact
         assert "forkserver" in fact["parent"], fact
         assert fact["threads"] == "1", fact
+
+
+def _heartbeat_seconds(dask_worker) -> float:
+    return dask_worker.periodic_callbacks["heartbeat"].callback_time / 1000
+
+
+def test_a_killed_worker_leaves_the_scheduler_at_once_despite_the_slow_heartbeat(tmp_path):
+    """Workers heartbeat every HEARTBEAT_SECONDS (10 s), not Dask's 0.5 s for a small cluster,
+    yet a SIGKILLed worker is gone from the scheduler within a second or two: its closed
+    connection tells, not a missed heartbeat."""
+    cluster = local_cluster(n_workers=2, local_directory=str(tmp_path / "dask"))
+    try:
+        with Client(cluster, set_as_default=False) as client:
+            assert set(client.run(_heartbeat_seconds).values()) == {HEARTBEAT_SECONDS}
+            pids = client.run(os.getpid)
+            victim = sorted(pids)[0]
+            os.kill(pids[victim], signal.SIGKILL)
+            start = time.monotonic()
+            while victim in client.scheduler_info(n_workers=-1)["workers"]:
+                assert time.monotonic() - start < HEARTBEAT_SECONDS / 2, "still listed"
+                time.sleep(0.05)
+    finally:
+        cluster.close()
