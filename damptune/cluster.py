@@ -43,7 +43,7 @@ def _preload_forkserver() -> None:
 
 def local_cluster(*, n_workers: int, local_directory: str | None = None) -> LocalCluster:
     """A LocalCluster of single-threaded worker processes bound to 127.0.0.1, whose idle Dask
-    work is slowed (``damptune.quiet``: ~4 % of a core for 16 idle workers -> under 1 %)."""
+    work is slowed (``damptune.quiet``: 16 idle workers: ~4 % of a core -> 0.8 %)."""
     directory = local_directory or os.path.join(os.getcwd(), "runs", "dask-scratch")
     os.makedirs(directory, exist_ok=True)
     _preload_forkserver()
