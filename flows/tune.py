@@ -67,8 +67,8 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
     networks: list[int] = [2, 4, 8, 16], algorithms: list[str] = list(ALGORITHMS),  # noqa: B006,B008
     models: list[str] = list(MODEL_NAMES), dataset: str = "mnist1d",  # noqa: B006,B008
     data_root: str | None = None, device: str = "cpu", trials: int = 8,
-    epochs: float | dict[str, float] = DEFAULT_EPOCHS,  # noqa: B006
-    target_accuracy: float | dict[str, float] = DEFAULT_TARGETS,  # noqa: B006
+    epochs: dict[str, float] | float = DEFAULT_EPOCHS,  # noqa: B006
+    target_accuracy: dict[str, float] | float = DEFAULT_TARGETS,  # noqa: B006
     profile: str = "ddp-100g", mode: str = "centralized", per_worker_batch: int = 32,
     seed: int = 0, data_seed: int = 0, sampler: str = "auto", pruner: str = "bound",
     warm_start: bool = True, eval_resolution: float = 0.02, overhead_ms: float | None = None,
