@@ -14,7 +14,9 @@ per-trial breakdown. ``prefect + optuna ask/tell`` is a trial's Optuna duration 
 inside its task's body.
 
 Goal (issue 25): flow time <= 2x the baseline.
-Run: ``python bench/grid_throughput.py [--trials 8] [--networks 2,16]``.
+Run: ``python bench/grid_throughput.py [--trials 8] [--networks 2,16] [--validation-seeds 8]``
+(the flow's validation and matched stages included by default: their trials are replayed with
+their held-out seeds).
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ def _run_flow(args: argparse.Namespace, run_dir: str) -> float:
 
     t0 = time.perf_counter()
     tune(grid_name="throughput", run_dir=run_dir, networks=args.networks,
-         algorithms=args.algorithms, models=["mlp", "cnn"], trials=args.trials)
+         algorithms=args.algorithms, models=["mlp", "cnn"], trials=args.trials,
+         validation_seeds=args.validation_seeds)
     return time.perf_counter() - t0
 
 
@@ -94,12 +97,14 @@ def _trials(run_dir: str) -> list[tuple[Any, Any, dict[str, Any]]]:
     storage = f"sqlite:///{run_dir}/optuna.db"
     out = []
     for summary in optuna.get_all_study_summaries(storage):
-        _, net, algorithm, model = summary.study_name.split("/")
+        # <grid>/n<P>/<algorithm>/<model>[/<stage>]: search, validation or matched
+        _, net, algorithm, model, *stage = summary.study_name.split("/")
+        cell = Cell(int(net[1:]), algorithm, model, stage=stage[0] if stage else "search")
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         calibration = study.user_attrs.get("compute_calibration", {})
         for t in study.get_trials(deepcopy=False):
             if t.value is not None:
-                out.append((Cell(int(net[1:]), algorithm, model), t, calibration))
+                out.append((cell, t, calibration))
     return out
 
 
@@ -112,6 +117,7 @@ def _replay(trials: list[tuple[Any, Any, dict[str, Any]]]) -> float:
     from models import load_dataset
     from tasks.grid import GridSettings
     from tasks.trial import trial_config
+    from tasks.validation import TRAIN_SEED
 
     settings = GridSettings(mode="local")
     ds = load_dataset("mnist1d", seed=0)
@@ -119,8 +125,9 @@ def _replay(trials: list[tuple[Any, Any, dict[str, Any]]]) -> float:
     total = 0.0
     for cell, t, calibration in trials:
         bound = t.value if t.state == optuna.trial.TrialState.PRUNED else None
-        config = with_calibration(trial_config(settings, cell, dict(t.params), ds, bound=bound),
-                                  calibration)
+        seed = t.user_attrs.get(TRAIN_SEED)  # a validation trial's held-out seed
+        config = with_calibration(trial_config(settings, cell, dict(t.params), ds, bound=bound,
+                                               seed=seed), calibration)
         t0 = time.perf_counter()
         train(config, data)
         total += time.perf_counter() - t0
@@ -149,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--networks", default="2,16")
     parser.add_argument("--algorithms", default="geodamplr,geodamp,padadamp")
+    parser.add_argument("--validation-seeds", type=int, default=8,
+                        help="the flow's held-out seeds per cell (its default; 0: search only)")
     args = parser.parse_args(argv)
     args.networks = [int(x) for x in args.networks.split(",")]
     args.algorithms = args.algorithms.split(",")
@@ -163,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     engine = _replay(trials)
     floor = engine / cores
     ratio = flow_seconds / floor
-    print(f"\n{len(args.networks) * len(args.algorithms) * 2} cells, {len(trials)} trials "
-          f"(networks {args.networks}, algorithms {args.algorithms}, mlp and cnn); {cores} cores")
+    stages = collections.Counter(cell.stage for cell, _, _ in trials)
+    print(f"\n{len({cell for cell, _, _ in trials})} cells, {len(trials)} trials "
+          f"({dict(stages)}; networks {args.networks}, algorithms {args.algorithms}, mlp and "
+          f"cnn, {args.validation_seeds} held-out seeds); {cores} cores")
     print("| run | seconds |")
     print("|---|---|")
     print(f"| the flow (tune, cluster='local', start included) | {flow_seconds:.1f} |")
