@@ -86,6 +86,11 @@ class StudyDriver:
     def lease_key(self, number: int) -> str:
         return _lease_key(self.study.study_name, number)
 
+    @property
+    def ask_key(self) -> str:
+        """The study's ask lease: held by the one run counting its trials and asking new ones."""
+        return f"{self.study.study_name}#ask"
+
     def _running(self) -> list[optuna.trial.FrozenTrial]:
         return self.study.get_trials(deepcopy=False, states=(State.RUNNING,))
 
@@ -117,8 +122,7 @@ class StudyDriver:
         so the trial gets the clean run's parameters, not the damper's defaults; an enqueued
         trial's fixed parameters come back as they were. None while another run holds the
         study's ask lease: that run is asking this trial now (it is not dead)."""
-        key = f"{self.study.study_name}#ask"
-        if not self.leases.acquire(key, self.owner):
+        if not self.leases.acquire(self.ask_key, self.owner):
             return None
         try:
             self.study.sampler = sampler_for(self.settings, t.number, self.study.study_name,
@@ -130,9 +134,9 @@ class StudyDriver:
                     trial._suggest(name, distribution)  # what study.ask(space) does
 
             with_storage_retries(suggest)
-            return with_storage_retries(lambda: self.study._storage.get_trial(t._trial_id))
+            return self._frozen(t)
         finally:
-            self.leases.release(key, self.owner)
+            self.leases.release(self.ask_key, self.owner)
 
     def _finished_meanwhile(self, t: optuna.trial.FrozenTrial) -> bool:
         """Whether the run that held ``t``'s lease finished it between our reading it RUNNING
@@ -168,13 +172,12 @@ class StudyDriver:
         """One run at a time counts the study's trials and asks new ones (a lease on the
         study's name, held for that moment): two runs that counted at once each saw a trial
         due, and the study got one trial more than its budget."""
-        key = f"{self.study.study_name}#ask"
-        while not self.leases.acquire(key, self.owner):
+        while not self.leases.acquire(self.ask_key, self.owner):
             time.sleep(0.05)
         try:
             yield
         finally:
-            self.leases.release(key, self.owner)
+            self.leases.release(self.ask_key, self.owner)
 
     def _ask_due(self) -> list[Ticket] | None:
         trials = self.study.get_trials(deepcopy=False)  # one read: finished and running agree
@@ -192,8 +195,8 @@ class StudyDriver:
                 tickets.append(_ticket(self._frozen(t)))
         return tickets
 
-    def _frozen(self, t: optuna.Trial) -> optuna.trial.FrozenTrial:
-        """The asked trial as stored (an enqueued one carries its user attributes)."""
+    def _frozen(self, t: optuna.Trial | optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
+        """The trial as stored now (an asked, enqueued one carries its user attributes)."""
         return with_storage_retries(lambda: self.study._storage.get_trial(t._trial_id))
 
     def _handle(self, number: int) -> optuna.Trial:

@@ -60,7 +60,7 @@ def test_a_trial_another_run_is_asking_is_left_to_it(tmp_path):
     asking = _driver(tmp_path, "asking-run")
     _finish_first_trials(asking)
     asking.study._storage.create_new_trial(asking.study._study_id)
-    assert asking.leases.acquire(f"{asking.study.study_name}#ask", "asking-run")
+    assert asking.leases.acquire(asking.ask_key, "asking-run")
     other = _driver(tmp_path, "other-run")
     assert other.stale_trials() == []
     assert asking.leases.acquire(asking.lease_key(N_BEFORE), "asking-run")
