@@ -105,7 +105,7 @@ class GridSettings:
     run_dir: str = ""
     storage: str = ""  # Optuna storage URL
     tracking_uri: str = ""  # MLflow tracking URI
-    metrics_every: int = 5  # log update metrics to MLflow every N updates (and on changes)
+    metrics_every: int = 15  # log update metrics to MLflow every N updates (and on changes)
     checkpoint_every: int = 0  # updates between a trial's checkpoints (0: by time only)
     checkpoint_seconds: float = 30.0  # seconds of training between a trial's checkpoints
     deadline: float = 0.0  # time.time() by which trials checkpoint and stop (0: none)

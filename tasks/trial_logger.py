@@ -15,18 +15,24 @@ from damptune.overhead import overhead_of
 from tasks import tracking
 from tasks.results import TrialResult, TrialState
 
-__all__ = ["MlflowTrialLogger", "UPDATE_METRICS"]
+__all__ = ["MlflowTrialLogger", "UPDATE_METRICS", "EVALS_PER_EPOCH"]
 
 # its start and stop are logged at INFO, twice per trial
 logging.getLogger("mlflow.system_metrics.system_metrics_monitor").setLevel(logging.WARNING)
+# evaluations logged to MLflow per epoch, at most (and the last: the one at the target)
+EVALS_PER_EPOCH = 8
 UPDATE_METRICS = ("loss", "batch_size", "lr", "damping", "n_workers", "examples_seen",
                   "time_elapsed", "time_sim", "time_compute", "time_comm", "time_damper")
 
 
 class MlflowTrialLogger:
     """Logs a trial to its MLflow run: update metrics every ``metrics_every`` updates and at
-    every change of batch size or ranks, evaluation metrics (sent every few seconds), the work each
-    resumed attempt redoes, final metrics, the state tag and the plots.
+    every change of batch size or ranks, evaluation metrics (at most ``evals_per_epoch`` per
+    epoch, and always the trial's last, the one that reached the target: the engine's dense
+    evaluations near the target resolve the objective, not the chart, and the checkpoint's
+    history keeps them all), sent every few seconds; the work each resumed attempt redoes,
+    final metrics, the state tag and, given a ``plots`` queue, the plots (a search trial's; a
+    held-out seed's run has its metrics only, which MLflow charts).
 
     The run is created once and found again on a rerun (same trial number → same run). With
     ``system_metrics``, MLflow's system metrics (``system/…``: CPU, memory, disk, network,
@@ -35,10 +41,14 @@ class MlflowTrialLogger:
     default: 10).
     """
 
-    def __init__(self, client: MlflowClient, plots: tracking.PlotQueue, *, metrics_every: int,
-                 target: float, system_metrics: bool = False) -> None:
+    def __init__(self, client: MlflowClient, plots: tracking.PlotQueue | None, *,
+                 metrics_every: int, target: float, system_metrics: bool = False,
+                 evals_per_epoch: float = EVALS_PER_EPOCH) -> None:
         self.client, self.plots = client, plots
         self.metrics_every, self.target = metrics_every, target
+        self.eval_spacing = 1.0 / evals_per_epoch  # epochs between logged evaluations
+        self.next_eval_epoch = 0.0
+        self.held: EvalRecord | None = None  # an evaluation not logged yet (the last one?)
         self.run_id = ""
         self.metrics: tracking.MetricBuffer | None = None
         self.system_metrics = system_metrics
@@ -79,9 +89,17 @@ class MlflowTrialLogger:
                 self.metrics.add({k: values[k] for k in UPDATE_METRICS}, step=record.update)
                 self.last.update({k: values[k] for k in self.last})
         elif isinstance(record, EvalRecord):
-            self.metrics.add({"test_accuracy": record.test_accuracy,
-                              "test_loss": record.test_loss,
-                              "eval_time_sim": record.time_sim}, step=record.update)
+            if record.epoch >= self.next_eval_epoch:
+                self._log_eval(record)
+            else:  # logged at the end if it turns out to be the last
+                self.held = record
+
+    def _log_eval(self, record: EvalRecord) -> None:
+        assert self.metrics is not None, "open() the run first"
+        self.metrics.add({"test_accuracy": record.test_accuracy, "test_loss": record.test_loss,
+                          "eval_time_sim": record.time_sim}, step=record.update)
+        self.next_eval_epoch = record.epoch + self.eval_spacing
+        self.held = None
 
     def log_resumed_attempt(self, started: dict[str, Any]) -> None:
         """What a resumed attempt redoes: the work its dead predecessor lost."""
@@ -91,7 +109,7 @@ class MlflowTrialLogger:
 
     def finish(self, result: TrialResult, state: TrainState, work: dict[str, Any]) -> None:
         """Final metrics, the state tag, FINISHED, and for a COMPLETE trial the plots (drawn in
-        the background)."""
+        the background) when the logger has a queue for them."""
         assert self.metrics is not None, "open() the run first"
         self.metrics.add({
             "objective": result.value, "reached_target": float(result.reached),
@@ -106,13 +124,15 @@ class MlflowTrialLogger:
             self.client, self.run_id, {"damptune.state": result.state.value}),
             what="tagging the trial's run")
         self.end("FINISHED")
-        if result.state is TrialState.COMPLETE:  # a pruned trial's metrics are all there
+        if self.plots is not None and result.state is TrialState.COMPLETE:  # pruned: no plots
             self.plots.submit(self.client, self.run_id, state.history, target=self.target)
 
     def end(self, status: str) -> None:
         """Flush what is buffered and end the run with ``status`` (KILLED, FAILED, FINISHED)."""
         self.stop_system_metrics()
         if self.metrics is not None:
+            if self.held is not None:  # the trial's last evaluation
+                self._log_eval(self.held)
             self.metrics.flush()
         tracking.with_retries(lambda: self.client.set_terminated(self.run_id, status=status),
                               what=f"ending the trial's run ({status})")

@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from flows.tune import tune
 from models import MLP, load_dataset
+from tasks.trial_logger import EVALS_PER_EPOCH
 from tests.flows.test_resume import _mlflow_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
@@ -72,8 +73,12 @@ def test_registry_best_loads_and_predicts_as_the_best_trial(tmp_path, scheduler,
         history = client.get_metric_history(run.info.run_id, "test_accuracy")
         last = max(history, key=lambda m: (m.step, m.timestamp))
         assert accuracy == pytest.approx(last.value, abs=1e-9)
-        # one point per evaluation of the trial: logging its model added none
-        assert len(history) == sum(r["kind"] == "eval" for r in evaluated)
+        # the trial's evaluations, thinned to a chart (at most EVALS_PER_EPOCH per epoch) and
+        # its last; one point per step: logging its model added none
+        evals = [r for r in evaluated if r["kind"] == "eval"]
+        steps = [m.step for m in history]
+        assert last.step == evals[-1]["update"] and len(steps) == len(set(steps))
+        assert len(steps) <= evals[-1]["epoch"] * EVALS_PER_EPOCH + 2 < len(evals)
         # the model in MLflow's Models tab shows the trial's final metrics
         [logged] = client.search_logged_models(
             [run.info.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'")

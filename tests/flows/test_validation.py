@@ -65,7 +65,7 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
         assert all(t.params == baseline.params for t in done)
         assert {t.user_attrs["validates"] for t in done} == {
             f"n2/geodamplr/mlp#{baseline.number}"}
-    _, runs = mlflow_runs(run_dir, "v")
+    client, runs = mlflow_runs(run_dir, "v")
     held_out = [r for r in runs if r.data.tags.get("damptune.stage") == "validation"
                 and r.data.tags.get("damptune.kind") == "trial"]
     assert len(held_out) == 9
@@ -73,10 +73,15 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
     matched = [r for r in runs if r.data.tags.get("damptune.stage") == "matched"
                and r.data.tags.get("damptune.kind") == "trial"]
     assert len(matched) == 6 and {r.data.params["algorithm"] for r in matched} == {"geodamp"}
+    # a held-out seed's run has metrics and no plots; a complete search trial's has its plots
+    assert all(r.data.metrics.get("objective") for r in held_out + matched)
+    assert not [r for r in held_out + matched if client.list_artifacts(r.info.run_id, "plots")]
+    searched = [r for r in runs if r.data.tags.get("damptune.stage") == "search"
+                and r.data.tags.get("damptune.state") == "COMPLETE"]
+    assert searched and all(client.list_artifacts(r.info.run_id, "plots") for r in searched)
     with open(f"{run_dir}/report/answer.json") as f:
         ranked = sorted(json.load(f), key=lambda r: (r["network"], r["rank"]))
     answer = {(r["network"], r["algorithm"]): r for r in ranked}
-    client = mlflow_runs(run_dir, "v")[0]
     for network in (2, 4):
         row = answer[(network, "geodamp-matched")]
         assert row["n_seeds"] == 3 and row["speedup"] > 0 and row["speedup_low"] is not None
