@@ -1,0 +1,102 @@
+"""Where a job's CPU goes, by process role: Dask workers, the flow, the MLflow and Prefect servers.
+
+It runs a command (``python bench/process_cpu.py -- make run``), or watches the machine until a
+process exits (``--until PID``), and reads every process's CPU time (``/proc/PID/stat``: user +
+system) every ``--interval`` seconds. A process that exits keeps its last reading, so at most
+one interval of its CPU is missed. At the end it prints each role's CPU seconds, its share of
+all the CPU the roles used, and how busy the machine's cores were over the watch.
+
+Roles, by command line: ``dask workers`` (a local cluster's workers, forked from its
+forkserver), ``flow process`` (the flow run a Prefect worker started: ``prefect.engine``, or
+``damptune tune``), ``mlflow server``, ``prefect server``, ``prefect worker``, ``install``
+(pip), ``other python``.
+
+Run: ``python bench/process_cpu.py [--interval 10] -- make run`` (Linux only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+ROLES = (  # (role, words of its command line), the first match wins
+    ("dask workers", ("multiprocessing.forkserver", "distributed.cli.dask_worker")),
+    ("flow process", ("prefect.engine", "damptune tune", "damptune/__main__")),
+    ("mlflow server", ("uvicorn", "mlflow server", "gunicorn")),
+    ("prefect server", ("server start",)),
+    ("prefect worker", ("worker start",)),
+    ("install", ("pip",)),
+    ("other python", ("python",)),
+)
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def role_of(cmdline: str) -> str | None:
+    return next((role for role, words in ROLES if any(w in cmdline for w in words)), None)
+
+
+def read_all() -> dict[int, tuple[str, float]]:
+    """{pid: (role, CPU seconds)} of the processes with a role."""
+    out: dict[int, tuple[str, float]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # it exited meanwhile
+            continue
+        role = role_of(cmdline)
+        if role is not None:  # utime, stime: fields 14 and 15 of stat (11, 12 after comm)
+            out[int(name)] = (role, (int(fields[11]) + int(fields[12])) / TICKS)
+    return out
+
+
+def watch(done: Callable[[], bool], interval: float) -> tuple[dict[int, tuple[str, float]], float]:
+    """The last CPU reading of every process seen, and the seconds watched."""
+    seen: dict[int, tuple[str, float]] = {}
+    start = time.monotonic()
+    while True:
+        seen.update(read_all())
+        if done():
+            return seen, time.monotonic() - start
+        time.sleep(interval)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--interval", type=float, default=10.0)
+    parser.add_argument("--until", type=int, help="watch until this process exits")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run")
+    args = parser.parse_args(argv)
+    command = [c for c in args.command if c != "--"]
+    if bool(command) == bool(args.until):
+        parser.error("give a command after --, or --until PID (not both)")
+    before = read_all()  # processes already running count from here
+    if command:
+        proc = subprocess.Popen(command)
+        seen, seconds = watch(lambda: proc.poll() is not None, args.interval)
+    else:
+        seen, seconds = watch(lambda: not os.path.exists(f"/proc/{args.until}"), args.interval)
+    by_role: dict[str, float] = collections.defaultdict(float)
+    for pid, (role, cpu) in seen.items():
+        by_role[role] += cpu - before.get(pid, (role, 0.0))[1]
+    total = sum(by_role.values())
+    cores = os.cpu_count() or 1
+    print(f"watched {seconds:.0f} s on {cores} cores: the roles used {total:.0f} CPU-seconds, "
+          f"{100 * total / (seconds * cores):.1f} % of the machine")
+    print("| role | CPU seconds | share |\n|---|---|---|")
+    for role, cpu in sorted(by_role.items(), key=lambda kv: -kv[1]):
+        print(f"| {role} | {cpu:.0f} | {100 * cpu / max(total, 1e-9):.1f} % |")
+    return proc.returncode if command else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
