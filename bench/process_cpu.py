@@ -1,17 +1,17 @@
 """Where a job's CPU goes, by process role: Dask workers, the flow, the MLflow and Prefect servers.
 
 It runs a command (``python bench/process_cpu.py -- make run``), or watches the machine until a
-process exits (``--until PID``), and reads every process's CPU time (``/proc/PID/stat``: user +
-system) every ``--interval`` seconds. A process that exits keeps its last reading, so at most
+process exits (``--until PID``), and reads every process's CPU time (user + system, with
+psutil) every ``--interval`` seconds. A process that exits keeps its last reading, so at most
 one interval of its CPU is missed. At the end it prints each role's CPU seconds, its share of
 all the CPU the roles used, and how busy the machine's cores were over the watch.
 
 Roles, by command line: ``dask workers`` (a local cluster's workers, forked from its
 forkserver), ``flow process`` (the flow run a Prefect worker started: ``prefect.engine``, or
 ``damptune tune``), ``mlflow server``, ``prefect server``, ``prefect worker``, ``install``
-(pip), ``other python``.
+(``pip install``), ``other python``.
 
-Run: ``python bench/process_cpu.py [--interval 10] -- make run`` (Linux only).
+Run: ``python bench/process_cpu.py [--interval 10] -- make run``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ ROLES = (  # (role, words of its command line), the first match wins
     ("mlflow server", ("uvicorn", "mlflow server", "gunicorn")),
     ("prefect server", ("server start",)),
     ("prefect worker", ("worker start",)),
-    ("install", ("pip",)),
+    ("install", ("pip install",)),
     ("other python", ("python",)),
 )
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def role_of(cmdline: str) -> str | None:
@@ -41,21 +40,14 @@ def role_of(cmdline: str) -> str | None:
 
 
 def read_all() -> dict[int, tuple[str, float]]:
-    """{pid: (role, CPU seconds)} of the processes with a role."""
+    """{pid: (role, CPU seconds: user + system)} of the processes with a role."""
+    import psutil
+
     out: dict[int, tuple[str, float]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # it exited meanwhile
-            continue
-        role = role_of(cmdline)
-        if role is not None:  # utime, stime: fields 14 and 15 of stat (11, 12 after comm)
-            out[int(name)] = (role, (int(fields[11]) + int(fields[12])) / TICKS)
+    for proc in psutil.process_iter(["cmdline", "cpu_times"]):  # None where it was refused
+        role, times = role_of(" ".join(proc.info["cmdline"] or [])), proc.info["cpu_times"]
+        if role is not None and times is not None and proc.pid != os.getpid():  # not itself
+            out[proc.pid] = (role, times.user + times.system)
     return out
 
 
