@@ -11,6 +11,8 @@ import json
 import os
 import sys
 import threading
+import types
+import typing
 from typing import Any
 
 __all__ = ["register_tune", "register_report"]
@@ -34,55 +36,43 @@ def _target(text: str) -> float | dict[str, float]:
         raise argparse.ArgumentTypeError(f"expected 0.6 or mlp=0.6,cnn=0.85: {exc}") from exc
 
 
-# `damptune tune` options: (flag, flow parameter, type, help); an option not given is not passed,
-# so the flow's default applies (the same values as tasks.grid.GridSettings, tested); `--help`
-# prints that default, read from the flow's signature (_FlowDefaultsFormatter)
-_TUNE_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
-    ("--networks", "networks", "ints", "network sizes, e.g. 2,4"),
-    ("--algorithms", "algorithms", "strs", "e.g. geodamp,padadamp"),
-    ("--models", "models", "strs", "e.g. mlp"),
-    ("--dataset", "dataset", str, "mnist1d, digits, synthetic or cifar10 (with --data-root)"),
-    ("--data-root", "data_root", str, "directory of the CIFAR-10 python batches (cifar10)"),
-    ("--device", "device", str, "cpu, cuda (a GPU per rank) or auto"),
-    ("--trials", "trials", int, "trials per cell, in all"),
-    ("--epochs", "epochs", "target", "training budget per trial: 12, or mlp=12,cnn=10"),
-    ("--target", "target_accuracy", "target",
-     "target test accuracy: 0.6, or per model mlp=0.6,cnn=0.85"),
-    ("--profile", "profile", str, "network profile of the simulated time"),
-    ("--overhead-ms", "overhead_ms", float, "orchestration ms per update (default: the "
-     "profile's: 0.25 for ddp-100g, 16 for the paper's)"),
-    ("--overhead-per-rank-ms", "overhead_per_rank_ms", float,
-     "orchestration ms per update and rank (default: the profile's: 0 or 3.3)"),
-    ("--eval-resolution", "eval_resolution", float,
-     "evaluations this fraction apart in examples seen"),
-    ("--mode", "mode", str, "centralized or decentralized"),
-    ("--grid-name", "grid_name", str, "the grid's name"),
-    ("--run-dir", "run_dir", str, "default ./runs/<grid name>"),
-    ("--storage", "storage", str, "Optuna storage URL (default SQLite in the run dir)"),
-    ("--tracking-uri", "tracking_uri", str,
-     "MLflow URI (default: $MLFLOW_TRACKING_URI, else SQLite in the run dir)"),
-    ("--cluster", "cluster", str, "local, tcp://HOST:PORT or a cluster YAML"),
-    ("--sampler", "sampler", str, "auto, tpe or gp"),
-    ("--pruner", "pruner", str, "bound, hyperband, sha or none"),
-    ("--seed", "seed", int, "seed of the training (weights, data order) and the sampler"),
-    ("--data-seed", "data_seed", int, "seed of the generated dataset (mnist1d, synthetic)"),
-    ("--concurrent-cells", "max_concurrent_cells", int, "cells trained at once"),
-    ("--max-cluster-lifetime", "max_cluster_lifetime", str,
-     "e.g. 6h: checkpoint and stop before the cluster reaches this age; a rerun continues"),
-    ("--checkpoint-seconds", "checkpoint_seconds", float,
-     "seconds of training between a trial's checkpoints"),
-    ("--checkpoint-every", "checkpoint_every", int,
-     "model updates between a trial's checkpoints (0: by time only)"),
-    ("--trial-attempts", "trial_attempts", int,
-     "tries of a trial that faults of the cluster interrupt, each from its checkpoint"),
-    ("--worker-wait", "worker_wait", float, "seconds a trial waits for the workers it needs"),
-    ("--validation-seeds", "validation_seeds", int,
-     "held-out training seeds each cell's best configuration is retrained on (0: none)"),
-    ("--sampler-seed", "sampler_seed", int, "seed of the search's sampler (default: --seed)"),
-    ("--workers-per-trial", "workers_per_trial", int,
-     "Dask workers a trial's ranks run on (0: one per rank; default: on --cluster local, the "
-     "cores shared by the trials at once)"),
-)
+# flags that `damptune tune` took before its options were generated from the flow's
+# parameters: kept beside the generated ones (--target-accuracy, --max-concurrent-cells)
+_ALIASES = {"target_accuracy": ("--target",), "max_concurrent_cells": ("--concurrent-cells",)}
+
+
+def _option_type(annotation: Any) -> Any:
+    """The parser of a flow parameter's value on the command line: 2,4 for a list, 0.6 or
+    mlp=0.6,cnn=0.85 for a number or a per-model dict, else the base type itself."""
+    from flows.signature import base_type
+
+    kind = base_type(annotation)
+    if typing.get_origin(kind) is list:
+        return _csv(typing.get_args(kind)[0])
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):  # {model: x} | x
+        return _target
+    return kind
+
+
+def _add_tune_options(parser: argparse.ArgumentParser) -> None:
+    """One option per parameter of the ``tune`` flow, read from its source
+    (:mod:`flows.signature`): ``--trials`` for ``trials``, its type's parser, and its
+    docstring description as the help; a switch for a parameter that defaults to true."""
+    from flows.signature import base_type, flow_params
+
+    for p in flow_params():
+        text = p.description.replace("%", "%%")
+        flag = "--" + p.name.replace("_", "-")
+        if base_type(p.annotation) is bool:
+            on = p.default is True
+            now = "false (default: true" if on else "true (default: false"
+            parser.add_argument(flag.replace("--", "--no-") if on else flag, dest=p.name,
+                                action="store_false" if on else "store_true",
+                                help=f"{p.name} {now}; {text})")
+            continue
+        parser.add_argument(flag, *_ALIASES.get(p.name, ()), dest=p.name,
+                            type=_option_type(p.annotation), help=text,
+                            metavar=p.name.upper())
 
 
 def _default_text(value: Any) -> str:
@@ -106,9 +96,11 @@ class _FlowDefaultsFormatter(argparse.HelpFormatter):
     A help text that already says what its None default means gets nothing appended."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
+        from flows.signature import flow_params
+
         text = action.help or ""
-        if action.dest not in {dest for _, dest, _, _ in _TUNE_OPTIONS}:
-            return text
+        if action.dest not in {p.name for p in flow_params()} or action.const is not None:
+            return text  # not a flow parameter, or a switch
         from flows.tune import flow_defaults
 
         value = flow_defaults()[action.dest]
@@ -119,16 +111,13 @@ class _FlowDefaultsFormatter(argparse.HelpFormatter):
 
 def register_tune(sub: Any) -> None:
     t = sub.add_parser("tune", help="run the tuning grid in this process (no servers needed)",
-                       argument_default=argparse.SUPPRESS,
+                       description="Run the tuning grid in this process (no servers needed). "
+                       "Each option is a parameter of the `tune` flow, as in `prefect "
+                       "deployment run tune/grid --param NAME=VALUE`; here a list is "
+                       "comma-separated (--networks 2,4) and a per-model value is "
+                       "mlp=12,cnn=10.", argument_default=argparse.SUPPRESS,
                        formatter_class=_FlowDefaultsFormatter)
-    types = {"ints": _csv(int), "strs": _csv(str), "target": _target}
-    for flag, dest, kind, help_text in _TUNE_OPTIONS:
-        t.add_argument(flag, dest=dest, type=types.get(kind, kind) if isinstance(kind, str)
-                       else kind, help=help_text)
-    t.add_argument("--no-warm-start", dest="warm_start", action="store_false",
-                   help="do not seed cells with their finished neighbours' best")
-    t.add_argument("--no-system-metrics", dest="system_metrics", action="store_false",
-                   help="no MLflow system metrics (CPU, memory, ...) on the trials' runs")
+    _add_tune_options(t)
     t.add_argument("--no-progress", dest="no_progress", action="store_true")
     t.set_defaults(handler=_tune)
 
@@ -151,13 +140,11 @@ def _progress(storage: str, grid_name: str, total: int, stop: threading.Event) -
 def _tune(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from damptune import interrupt
+    from flows.signature import flow_params
     from flows.tune import grid_of, tune
     from tasks.report import GridIncomplete
 
-    given = {dest: getattr(args, dest) for _, dest, _, _ in _TUNE_OPTIONS if hasattr(args, dest)}
-    for switch in ("warm_start", "system_metrics"):
-        if hasattr(args, switch):
-            given[switch] = getattr(args, switch)
+    given = {p.name: getattr(args, p.name) for p in flow_params() if hasattr(args, p.name)}
     settings, cells = grid_of(given)  # bad input fails here, before any server starts
     # this process is the run: a SIGTERM checkpoints the trials, and the grid ends interrupted
     # (exit status 75) instead of the process dying by the signal

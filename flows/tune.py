@@ -22,6 +22,20 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from damptune import interrupt
 from damptune.validate import positive_float, positive_int
+from flows.params import (
+    Accuracy,
+    Device,
+    GridName,
+    Mode,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Pruner,
+    Sampler,
+    Seed,
+    SeedCount,
+)
 from tasks import tracking
 from tasks.cell import run_cell
 from tasks.clusters import check_cluster
@@ -64,21 +78,25 @@ def resolve_locations(settings: GridSettings) -> None:
 
 @flow(name="tune", log_prints=True)
 def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the defaults in its UI
-    networks: list[int] = [2, 4, 8, 16], algorithms: list[str] = list(ALGORITHMS),  # noqa: B006,B008
+    networks: list[PositiveInt] = [2, 4, 8, 16],  # noqa: B006
+    algorithms: list[str] = list(ALGORITHMS),  # noqa: B006,B008
     models: list[str] = list(MODEL_NAMES), dataset: str = "mnist1d",  # noqa: B006,B008
-    data_root: str | None = None, device: str = "cpu", trials: int = 8,
-    epochs: dict[str, float] | float = DEFAULT_EPOCHS,  # noqa: B006
-    target_accuracy: dict[str, float] | float = DEFAULT_TARGETS,  # noqa: B006
-    profile: str = "ddp-100g", mode: str = "centralized", per_worker_batch: int = 32,
-    seed: int = 0, data_seed: int = 0, sampler: str = "auto", pruner: str = "bound",
-    warm_start: bool = True, eval_resolution: float = 0.02, overhead_ms: float | None = None,
-    overhead_per_rank_ms: float | None = None, grid_name: str = "grid", run_dir: str | None = None,
-    storage: str | None = None, tracking_uri: str | None = None, cluster: str = "local",
-    max_concurrent_cells: int = 2, max_concurrent_trials: int = 1,
-    checkpoint_seconds: float = 30.0, checkpoint_every: int = 0,
-    checkpoint_root: str | None = None, max_cluster_lifetime: str | None = None,
-    trial_attempts: int = 3, worker_wait: float = 600.0, workers_per_trial: int | None = None,
-    validation_seeds: int = 8, sampler_seed: int | None = None, system_metrics: bool = True,
+    data_root: str | None = None, device: Device = "cpu", trials: PositiveInt = 8,
+    epochs: dict[str, PositiveFloat] | PositiveFloat = DEFAULT_EPOCHS,  # noqa: B006
+    target_accuracy: dict[str, Accuracy] | Accuracy = DEFAULT_TARGETS,  # noqa: B006
+    profile: str = "ddp-100g", mode: Mode = "centralized", per_worker_batch: PositiveInt = 32,
+    seed: Seed = 0, data_seed: Seed = 0, sampler: Sampler = "auto", pruner: Pruner = "bound",
+    warm_start: bool = True, eval_resolution: NonNegativeFloat = 0.02,
+    overhead_ms: NonNegativeFloat | None = None,
+    overhead_per_rank_ms: NonNegativeFloat | None = None, grid_name: GridName = "grid",
+    run_dir: str | None = None, storage: str | None = None, tracking_uri: str | None = None,
+    cluster: str = "local", max_concurrent_cells: PositiveInt = 2,
+    max_concurrent_trials: PositiveInt = 1, checkpoint_seconds: PositiveFloat = 30.0,
+    checkpoint_every: NonNegativeInt = 0, checkpoint_root: str | None = None,
+    max_cluster_lifetime: str | None = None, trial_attempts: PositiveInt = 3,
+    worker_wait: PositiveFloat = 600.0, workers_per_trial: NonNegativeInt | None = None,
+    validation_seeds: SeedCount = 8, sampler_seed: Seed | None = None,
+    system_metrics: bool = True,
 ) -> list[dict[str, Any]]:
     """Tune every cell's damping; one summary per cell, or ``GridIncomplete`` after it.
 
@@ -104,7 +122,7 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
         eval_resolution: extra evaluations each time examples seen grow by this fraction (>= 0).
         overhead_ms: simulated overhead per update, ms (>= 0; None: the profile's).
         overhead_per_rank_ms: simulated overhead per update and rank, ms (>= 0; None: profile's).
-        grid_name: the grid's name (no "/"): its studies, MLflow experiment and default run_dir.
+        grid_name: names the grid's studies, MLflow experiment and run directory; no "/".
         run_dir: results directory (default runs/<grid_name>; relative: under the working dir).
         storage: Optuna storage, any SQLAlchemy URL (default: SQLite optuna.db in run_dir).
         tracking_uri: MLflow URI (default: $MLFLOW_TRACKING_URI, else SQLite mlflow.db in run_dir).

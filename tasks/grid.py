@@ -18,6 +18,7 @@ from damptune.validate import (
     seed_int,
 )
 from models import DATASETS, MODELS, check_dataset
+from tasks.choices import GRID_DEVICES, GRID_MODES, PRUNERS, SAMPLERS
 
 __all__ = ["Cell", "GridSettings", "checkpoint_path", "cells_of", "shared_across_networks",
            "share_rows", "never_grows", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS",
@@ -25,16 +26,6 @@ __all__ = ["Cell", "GridSettings", "checkpoint_path", "cells_of", "shared_across
 
 ALGORITHMS = ("geodamplr", "cntsdamplr", "geodamp", "padadamp", "adadamp", "radadamp")
 MODEL_NAMES = ("mlp", "cnn")
-# "bound": a trial stops once its simulated time exceeds the cell's best value (it can never
-# win); "hyperband", "sha": that, and Optuna's multi-fidelity pruner on the objective so far;
-# "none": every trial runs to its target or its epochs
-PRUNERS = ("bound", "hyperband", "sha", "none")
-# "local": every trial trains in the flow's process, without ranks (the same math and simulated
-# time; for a laptop, or a benchmark of the answer such as bench/answer_stability.py)
-GRID_MODES = ("centralized", "decentralized", "local")
-# where the ranks train: 'cpu'; 'cuda' (a GPU per rank, checked against the cluster's workers
-# when the session opens); 'auto' (CUDA when the workers have it); damptune.devices
-GRID_DEVICES = ("cpu", "cuda", "auto")
 # reached after about 2-4 epochs of MNIST-1D at batch 32: the objective tells trials apart
 # Chosen by measurement (README, "The default grid"): the test accuracy the single-process
 # baseline (plain SGD, batch 32, lr 0.05, momentum 0.9) reaches at about 90 % of its budget of
@@ -181,7 +172,7 @@ def cells_of(
                      "an integer >= 0 (model updates between checkpoints; 0: by time only)")
     positive_float("worker_wait", settings.worker_wait, "a positive number of seconds")
     non_negative_float("retry_backoff", settings.retry_backoff, "seconds, 0 or more")
-    choice("sampler", settings.sampler, ("auto", "tpe", "gp"))
+    choice("sampler", settings.sampler, SAMPLERS)
     positive_int("startup_trials", settings.startup_trials, "a positive number of trials")
     choice("pruner", settings.pruner, PRUNERS)
     non_negative_float("eval_resolution", settings.eval_resolution,

@@ -2,9 +2,10 @@
 
 A real Prefect server, process worker and MLflow server on free ports; the flow run's trials
 land in the Optuna storage of its run directory and in the MLflow server (parent run per cell,
-child run per trial), and a run with a bad ``--param`` ends Failed with the ConfigError's
-text; a headless Chromium screenshot of the experiment's page in the MLflow UI
-is kept in ``runs/screenshots/mlflow-ui.png``.
+child run per trial); a ``--param`` outside the parameter schema is refused by the server,
+and one only the flow can check ends Failed with the ConfigError's text; a headless Chromium
+screenshot of the experiment's page in the MLflow UI is kept in
+``runs/screenshots/mlflow-ui.png``.
 """
 
 from __future__ import annotations
@@ -65,11 +66,13 @@ def _trial_keys(mlflow_uri: str, experiment_name: str) -> list[tuple[str, str]]:
     return keys
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+def _cli(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    """`prefect ARGS`; it must succeed (``ok``) or fail."""
     env = {**env, "PWD": str(REPO_ROOT)}  # prefect.yaml's pull step uses {{ $PWD }}
     result = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", *args], env=env,
                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, f"prefect {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+    assert (result.returncode == 0) == ok, (
+        f"prefect {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
 
 
@@ -195,13 +198,24 @@ def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path, deployed):
     assert len(held_out) == 2 and all(t["damptune.stage"] == "validation"
                                       for t in held_out), tags
 
-    # bad input through the deployment: the flow run ends Failed with the ConfigError's
-    # text, and nothing reaches the grid's stores (no run directory, no new MLflow run)
+    # bad input through the deployment. A value outside the parameter schema's bounds:
+    # Prefect's server refuses the run before creating it, naming the field
+    with client(api) as c:
+        runs_before = len(c.read_flow_runs())
+    refused = _cli(env, "deployment", "run", "tune/smoke", "--param", "trials=0", ok=False)
+    said = " ".join((refused.stdout + refused.stderr).split())  # Rich wraps its lines
+    assert "Validation failed for field 'trials'" in said, said
+    assert "Failure reason: 0 is less than the minimum of 1" in said, said
+    with client(api) as c:
+        assert len(c.read_flow_runs()) == runs_before
+    # one only the flow can check (per-model epochs missing the smoke grid's model): the
+    # flow run ends Failed with the ConfigError's text, and nothing reaches the grid's
+    # stores (no run directory, no new MLflow run)
     bad_dir = tmp_path / "bad"
-    bad = _start(env, "tune/smoke", {"trials": 0, "run_dir": str(bad_dir)})
+    bad = _start(env, "tune/smoke", {"epochs": {"cnn": 3.0}, "run_dir": str(bad_dir)})
     bad_state = wait_for_flow_run(api, bad, timeout_s=300)["state"]
     assert bad_state["type"] == "FAILED", bad_state
-    assert "trials=0 is not accepted" in (bad_state.get("message") or ""), bad_state
+    assert "epochs={'cnn': 3.0} is not accepted" in (bad_state.get("message") or ""), bad_state
     assert not bad_dir.exists()
     after = _mlflow_runs(mlflow_uri, experiment["experiment_id"])
     assert len(after) == len(runs), after

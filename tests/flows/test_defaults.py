@@ -9,7 +9,7 @@ import sys
 
 from damptune import interrupt
 from damptune.cli import main
-from flows.cli import _TUNE_OPTIONS
+from flows.signature import base_type, flow_params
 from flows.tune import flow_defaults, grid_of
 from tasks.grid import GridSettings, shared_across_networks
 
@@ -28,7 +28,6 @@ def test_flow_defaults_equal_the_grid_settings_defaults():
 
 def test_every_tune_option_is_a_flow_parameter_and_the_defaults_validate():
     flow = flow_defaults()
-    assert all(dest in flow for _, dest, _, _ in _TUNE_OPTIONS)
     settings, cells = grid_of({})
     shared = [a for a in flow["algorithms"] if shared_across_networks(a, settings)]
     assert shared == ["geodamplr", "cntsdamplr"]  # searched once per model (fair baseline)
@@ -65,14 +64,50 @@ def test_cli_tune_from_a_directory_runs_the_grid_there(tmp_path, monkeypatch):
     assert calls[0]["storage"] == f"sqlite:///{tmp_path}/runs/tiny/optuna.db"
 
 
+def _tune_help() -> dict[str, str]:
+    """``{flag: its help text}`` of `damptune tune --help` (a help a line), every flag of an
+    option (``--target-accuracy`` and its older name ``--target``) mapped to the same text."""
+    out = subprocess.run([sys.executable, "-m", "damptune", "tune", "--help"], check=True,
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "COLUMNS": "2000"}).stdout
+    helps: dict[str, str] = {}
+    flags: list[str] = []
+    for line in out[out.index("options:"):].splitlines()[1:]:
+        if line.startswith("  -"):  # an option: its flags, then its help here or below
+            head, _, text = line.strip().partition("  ")
+            flags = re.findall(r"--[\w-]+", head)
+            helps.update(dict.fromkeys(flags, text.strip()))
+        elif line.startswith("   ") and flags:
+            helps.update(dict.fromkeys(flags, f"{helps[flags[0]]} {line.strip()}".strip()))
+    return helps
+
+
+def test_cli_tune_has_an_option_per_flow_parameter_with_its_schema_description():
+    """`damptune tune`'s options are generated from the flow: one per parameter (a switch
+    for a parameter that defaults to true), its help the description the deployment's
+    parameter schema gives it (Prefect's parser of the docstring)."""
+    from prefect.utilities.callables import parameter_schema
+
+    from flows.tune import tune
+
+    schema = parameter_schema(tune).model_dump_for_openapi()["properties"]
+    helps, flow = _tune_help(), flow_defaults()
+    assert [p.name for p in flow_params()] == list(flow) == list(schema)
+    for name, prop in schema.items():
+        flag = "--" + ("no-" if flow[name] is True else "") + name.replace("_", "-")
+        assert flag in helps, (flag, sorted(helps))
+        assert " ".join(prop["description"].split()) in helps[flag], (flag, helps[flag])
+    assert helps["--target"] == helps["--target-accuracy"]  # the older flags still work
+    assert helps["--concurrent-cells"] == helps["--max-concurrent-cells"]
+    types = {p.name: base_type(p.annotation) for p in flow_params()}
+    assert types["trials"] is int and types["networks"] == list[int]
+    assert types["sampler_seed"] is int and types["epochs"] == dict[str, float] | float
+
+
 def test_cli_tune_help_prints_the_flow_defaults_once():
     """`damptune tune --help` shows, for each option, the default its flow parameter really
     has (the flow's signature), written as the option takes it, and never twice."""
-    out = subprocess.run([sys.executable, "-m", "damptune", "tune", "--help"], check=True,
-                         capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "COLUMNS": "2000"}).stdout  # a help a line
-    helps = dict(re.findall(r"^  (--[\w-]+) [A-Z_]+\s+(.*)$", out, re.MULTILINE))
-    flow = flow_defaults()
+    helps, flow = _tune_help(), flow_defaults()
     expected = {
         "--trials": str(flow["trials"]),
         "--networks": ",".join(str(n) for n in flow["networks"]),
@@ -88,7 +123,6 @@ def test_cli_tune_help_prints_the_flow_defaults_once():
     assert expected["--epochs"].startswith("mlp=12,cnn=10")
     for flag, value in expected.items():
         assert helps[flag].endswith(f"(default: {value})"), (flag, helps[flag])
-    assert "the flow's" not in out
-    assert sorted(helps) == sorted(flag for flag, _, _, _ in _TUNE_OPTIONS)
-    for flag in helps:  # one default each (a None one: "none", or what None means)
+    assert "the flow's" not in "".join(helps.values())
+    for flag in set(helps) - {"--help", "--no-progress"}:  # the flow's: one default each
         assert helps[flag].count("default") == 1, (flag, helps[flag])

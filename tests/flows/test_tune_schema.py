@@ -45,3 +45,54 @@ def test_a_union_parameter_lists_first_the_type_of_its_default():
               if "anyOf" in prop and prop.get("default") is not None
               and not _first_type_holds(prop["anyOf"][0], prop["default"])}
     assert not hidden, f"defaults the run form would not show (first type of anyOf): {hidden}"
+
+
+def _beyond(schema: dict) -> list:
+    """Values just outside a parameter's schema bounds or choices (a list's items, a
+    per-model dict's values, each member of a union), each paired with its edge inside."""
+    if "anyOf" in schema:
+        return [v for member in schema["anyOf"] for v in _beyond(member)]
+    if schema.get("type") == "array" and "items" in schema:
+        return [([bad], [edge]) for bad, edge in _beyond(schema["items"])]
+    if schema.get("type") == "object" and "additionalProperties" in schema:
+        return [({"mlp": bad, "cnn": bad}, {"mlp": edge, "cnn": edge})
+                for bad, edge in _beyond(schema["additionalProperties"])]
+    step = 1 if schema.get("type") == "integer" else 0.5
+    out = []
+    if "minimum" in schema:
+        out.append((schema["minimum"] - step, schema["minimum"]))
+    if "exclusiveMinimum" in schema:
+        out.append((schema["exclusiveMinimum"], schema["exclusiveMinimum"] + step / 8))
+    if "maximum" in schema:
+        out.append((schema["maximum"] + step, schema["maximum"]))
+    if "enum" in schema:
+        out.append(("nope", schema["enum"][0]))
+    if "pattern" in schema or "minLength" in schema:
+        out += [("a/b", "ab"), ("", "ab")]
+    return out
+
+
+def test_the_schema_bounds_are_the_flows_own_and_the_server_enforces_them():
+    """Every bound or choice of the deployment's parameter schema is one the flow's
+    validators enforce too (a value just outside is refused by both, naming the parameter;
+    the edge is accepted by both): Prefect's server refuses a run with the value before it
+    creates it (``prefect deployment run --param``), with the check it runs there."""
+    from prefect.utilities.schema_tools.validation import ValidationError, validate
+
+    from damptune import ConfigError
+    from flows.tune import grid_of
+
+    schema = parameter_schema(tune).model_dump_for_openapi()
+    checked = []
+    for name, prop in schema["properties"].items():
+        for bad, edge in _beyond(prop):
+            with pytest.raises(ValidationError, match=f"field '{name}"):
+                validate({name: bad}, schema, raise_on_error=True)
+            with pytest.raises(ConfigError, match=f"{name}="):
+                grid_of({name: bad})
+            validate({name: edge}, schema, raise_on_error=True)
+            grid_of({name: edge})
+            checked.append(name)
+    assert {"trials", "networks", "epochs", "target_accuracy", "seed", "sampler_seed",
+            "validation_seeds", "mode", "pruner", "grid_name", "checkpoint_every",
+            "workers_per_trial", "overhead_ms"} <= set(checked), checked

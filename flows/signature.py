@@ -1,0 +1,102 @@
+"""The ``tune`` flow's parameters as its source declares them, read without importing the flow
+(the command-line parser must not import Prefect): each parameter's name, type (evaluated in
+:mod:`flows.params`), default when it is a literal, and the description of its line in the
+docstring's ``Args:`` section, the one Prefect puts in the deployment's parameter schema.
+
+``damptune tune``'s options are generated from this: one definition of the parameters, their
+types and their descriptions (tests/flows/test_defaults.py compares them with the schema).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FlowParam", "flow_params", "base_type", "docstring_args"]
+
+_NO_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class FlowParam:
+    """One parameter of the flow: ``default`` is ``_NO_DEFAULT`` unless it is a literal."""
+
+    name: str
+    annotation: Any
+    description: str
+    default: Any = _NO_DEFAULT
+
+    @property
+    def literal_default(self) -> bool:
+        return self.default is not _NO_DEFAULT
+
+
+def docstring_args(doc: str) -> dict[str, str]:
+    """``{name: description}`` of a Google-style docstring's ``Args:`` section (a description
+    continues on the lines indented deeper than its name's)."""
+    out: dict[str, str] = {}
+    lines = iter(doc.splitlines())
+    for line in lines:
+        if line.strip() == "Args:":
+            break
+    name, indent = None, None
+    for line in lines:
+        if not line.strip():
+            break
+        depth = len(line) - len(line.lstrip())
+        entry = re.match(r"\s*(\w+):\s*(.*)$", line)
+        if entry and (indent is None or depth == indent):
+            indent, name = depth, entry.group(1)
+            out[name] = entry.group(2).strip()
+        elif name and indent is not None and depth > indent:
+            out[name] += " " + line.strip()
+        else:
+            break
+    return out
+
+
+@functools.cache
+def flow_params(module: str = "flows.tune", function: str = "tune") -> tuple[FlowParam, ...]:
+    """The parameters of ``module.function``, read from its source file."""
+    from flows import params
+
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"no source for {module}")
+    with open(spec.origin) as f:
+        tree = ast.parse(f.read())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    described = docstring_args(ast.get_docstring(fn) or "")
+    args = fn.args.args + fn.args.kwonlyargs
+    defaults = [None] * (len(fn.args.args) - len(fn.args.defaults)) + list(fn.args.defaults)
+    defaults += list(fn.args.kw_defaults)
+    namespace = {**vars(params), **vars(typing)}
+    out = []
+    for arg, node in zip(args, defaults, strict=True):
+        annotation = eval(ast.unparse(arg.annotation), namespace) if arg.annotation else Any  # noqa: S307
+        try:
+            default = ast.literal_eval(node) if node is not None else _NO_DEFAULT
+        except ValueError:
+            default = _NO_DEFAULT
+        out.append(FlowParam(arg.arg, annotation, described.get(arg.arg, ""), default))
+    return tuple(out)
+
+
+def base_type(annotation: Any) -> Any:
+    """The annotation without its schema keywords and without ``None``: ``int`` for
+    ``PositiveInt | None``; a union of several types stays a union of their base types."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return base_type(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [base_type(a) for a in typing.get_args(annotation) if a is not type(None)]
+        return members[0] if len(members) == 1 else typing.Union[tuple(members)]  # noqa: UP007
+    if typing.get_origin(annotation) in (list, dict):
+        args = tuple(base_type(a) for a in typing.get_args(annotation))
+        return typing.get_origin(annotation)[args]
+    return annotation
