@@ -59,8 +59,15 @@ def test_cli_tune_from_a_directory_runs_the_grid_there(tmp_path, monkeypatch):
     monkeypatch.setattr(interrupt, "install_sigterm_handler", lambda **_: True)
     monkeypatch.chdir(tmp_path)
     assert main(["tune", "--networks", "2", "--algorithms", "geodamp", "--models", "mlp",
-                 "--trials", "1", "--grid-name", "tiny", "--no-progress"]) == 0
+                 "--trials", "1", "--grid-name", "tiny", "--no-progress", "--target", "0.3",
+                 "--epochs", "mlp=2", "--concurrent-cells", "1", "--no-warm-start",
+                 "--per-worker-batch", "16"]) == 0
     assert calls[0]["run_dir"] == str(tmp_path / "runs" / "tiny")
+    # generated options reach the flow's parameters of their names, older flags too
+    assert {k: calls[0][k] for k in ("networks", "target_accuracy", "epochs",
+                                     "max_concurrent_cells", "warm_start", "per_worker_batch")
+            } == {"networks": [2], "target_accuracy": 0.3, "epochs": {"mlp": 2.0},
+                  "max_concurrent_cells": 1, "warm_start": False, "per_worker_batch": 16}
     assert calls[0]["storage"] == f"sqlite:///{tmp_path}/runs/tiny/optuna.db"
 
 
