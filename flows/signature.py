@@ -25,16 +25,13 @@ _NO_DEFAULT = object()
 
 @dataclass(frozen=True)
 class FlowParam:
-    """One parameter of the flow: ``default`` is ``_NO_DEFAULT`` unless it is a literal."""
+    """One parameter of the flow: ``default`` is ``_NO_DEFAULT`` unless it is a literal (the
+    flow's real defaults: ``flows.tune.flow_defaults``, which imports the flow)."""
 
     name: str
     annotation: Any
     description: str
     default: Any = _NO_DEFAULT
-
-    @property
-    def literal_default(self) -> bool:
-        return self.default is not _NO_DEFAULT
 
 
 def docstring_args(doc: str) -> dict[str, str]:
