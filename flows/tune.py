@@ -135,7 +135,8 @@ def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the default
         max_cluster_lifetime: e.g. "6h": trials checkpoint and stop before the cluster is this old.
         trial_attempts: tries of a trial that cluster faults interrupt, in one run (>= 1).
         worker_wait: seconds a trial waits for its workers before it is interrupted (> 0).
-        workers_per_trial: Dask workers per trial (0: one per rank; None: README "Clusters").
+        workers_per_trial: Dask workers per trial (0: one per rank; None: on cluster local, cpu,
+            centralized, the cores shared by the trials at once, else 0; README "Clusters").
         validation_seeds: held-out training seeds each cell's best is retrained on (0 to 100).
         sampler_seed: integer seed of the search's sampler (None: seed).
         system_metrics: true: MLflow's system metrics (CPU, memory, ...) on every trial's run.
