@@ -30,7 +30,7 @@ from tasks.choices import GRID_DEVICES, GRID_MODES, PRUNERS, SAMPLERS
 
 __all__ = ["Schema", "PositiveInt", "NonNegativeInt", "Seed", "PositiveFloat",
            "NonNegativeFloat", "Accuracy", "SeedCount", "GridName", "Mode", "Device", "Sampler",
-           "Pruner"]
+           "Pruner", "Epochs", "Target", "Ms"]
 
 
 @dataclass(frozen=True)
@@ -47,20 +47,26 @@ class Schema:
         out.update(dict(self.keywords))
         return out
 
+    @classmethod
+    def of(cls, **keywords: Any) -> Schema:
+        return cls(tuple(keywords.items()))
 
-def _typed(kind: type, **keywords: Any) -> Any:
-    return Annotated[kind, Schema(tuple(keywords.items()))]
 
-
-PositiveInt = _typed(int, minimum=1)
-NonNegativeInt = _typed(int, minimum=0)
-Seed = _typed(int, minimum=0, maximum=2**32 - 1)  # what NumPy accepts
-SeedCount = _typed(int, minimum=0, maximum=100)  # held-out seeds per cell
-PositiveFloat = _typed(float, exclusiveMinimum=0)
-NonNegativeFloat = _typed(float, minimum=0)
-Accuracy = _typed(float, exclusiveMinimum=0, maximum=1)
-GridName = _typed(str, minLength=1, pattern="^[^/]+$")  # a prefix of its studies' names
-Mode = _typed(str, enum=list(GRID_MODES))
-Device = _typed(str, enum=list(GRID_DEVICES))
-Sampler = _typed(str, enum=list(SAMPLERS))
-Pruner = _typed(str, enum=list(PRUNERS))
+PositiveInt = Annotated[int, Schema.of(minimum=1)]
+NonNegativeInt = Annotated[int, Schema.of(minimum=0)]
+Seed = Annotated[int, Schema.of(minimum=0, maximum=2**32 - 1)]  # what NumPy accepts
+SeedCount = Annotated[int, Schema.of(minimum=0, maximum=100)]  # held-out seeds per cell
+PositiveFloat = Annotated[float, Schema.of(exclusiveMinimum=0)]
+NonNegativeFloat = Annotated[float, Schema.of(minimum=0)]
+Accuracy = Annotated[float, Schema.of(exclusiveMinimum=0, maximum=1)]
+# a prefix of its studies' names
+GridName = Annotated[str, Schema.of(minLength=1, pattern="^[^/]+$")]
+Mode = Annotated[str, Schema.of(enum=list(GRID_MODES))]
+Device = Annotated[str, Schema.of(enum=list(GRID_DEVICES))]
+Sampler = Annotated[str, Schema.of(enum=list(SAMPLERS))]
+Pruner = Annotated[str, Schema.of(enum=list(PRUNERS))]
+# one value for every model, or one per model ({"mlp": 12, "cnn": 10}); the dict first, as
+# the defaults are: Prefect's run form opens a union on its first type
+Epochs = dict[str, PositiveFloat] | PositiveFloat
+Target = dict[str, Accuracy] | Accuracy
+Ms = NonNegativeFloat | None  # simulated milliseconds; None: the network profile's

@@ -23,10 +23,11 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from damptune import interrupt
 from damptune.validate import positive_float, positive_int
 from flows.params import (
-    Accuracy,
     Device,
+    Epochs,
     GridName,
     Mode,
+    Ms,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
@@ -35,6 +36,7 @@ from flows.params import (
     Sampler,
     Seed,
     SeedCount,
+    Target,
 )
 from tasks import tracking
 from tasks.cell import run_cell
@@ -77,26 +79,21 @@ def resolve_locations(settings: GridSettings) -> None:
 
 
 @flow(name="tune", log_prints=True)
-def tune(  # mutable defaults (B006, B008) on purpose: Prefect shows the defaults in its UI
-    networks: list[PositiveInt] = [2, 4, 8, 16],  # noqa: B006
-    algorithms: list[str] = list(ALGORITHMS),  # noqa: B006,B008
-    models: list[str] = list(MODEL_NAMES), dataset: str = "mnist1d",  # noqa: B006,B008
-    data_root: str | None = None, device: Device = "cpu", trials: PositiveInt = 8,
-    epochs: dict[str, PositiveFloat] | PositiveFloat = DEFAULT_EPOCHS,  # noqa: B006
-    target_accuracy: dict[str, Accuracy] | Accuracy = DEFAULT_TARGETS,  # noqa: B006
-    profile: str = "ddp-100g", mode: Mode = "centralized", per_worker_batch: PositiveInt = 32,
-    seed: Seed = 0, data_seed: Seed = 0, sampler: Sampler = "auto", pruner: Pruner = "bound",
-    warm_start: bool = True, eval_resolution: NonNegativeFloat = 0.02,
-    overhead_ms: NonNegativeFloat | None = None,
-    overhead_per_rank_ms: NonNegativeFloat | None = None, grid_name: GridName = "grid",
-    run_dir: str | None = None, storage: str | None = None, tracking_uri: str | None = None,
-    cluster: str = "local", max_concurrent_cells: PositiveInt = 2,
-    max_concurrent_trials: PositiveInt = 1, checkpoint_seconds: PositiveFloat = 30.0,
-    checkpoint_every: NonNegativeInt = 0, checkpoint_root: str | None = None,
-    max_cluster_lifetime: str | None = None, trial_attempts: PositiveInt = 3,
-    worker_wait: PositiveFloat = 600.0, workers_per_trial: NonNegativeInt | None = None,
-    validation_seeds: SeedCount = 8, sampler_seed: Seed | None = None,
-    system_metrics: bool = True,
+def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = list(ALGORITHMS),
+    models: list[str] = list(MODEL_NAMES), dataset: str = "mnist1d", data_root: str | None = None,
+    device: Device = "cpu", trials: PositiveInt = 8, epochs: Epochs = DEFAULT_EPOCHS,
+    target_accuracy: Target = DEFAULT_TARGETS, profile: str = "ddp-100g",
+    mode: Mode = "centralized", per_worker_batch: PositiveInt = 32, seed: Seed = 0,
+    data_seed: Seed = 0, sampler: Sampler = "auto", pruner: Pruner = "bound",
+    warm_start: bool = True, eval_resolution: NonNegativeFloat = 0.02, overhead_ms: Ms = None,
+    overhead_per_rank_ms: Ms = None, grid_name: GridName = "grid", run_dir: str | None = None,
+    storage: str | None = None, tracking_uri: str | None = None, cluster: str = "local",
+    max_concurrent_cells: PositiveInt = 2, max_concurrent_trials: PositiveInt = 1,
+    checkpoint_seconds: PositiveFloat = 30.0, checkpoint_every: NonNegativeInt = 0,
+    checkpoint_root: str | None = None, max_cluster_lifetime: str | None = None,
+    trial_attempts: PositiveInt = 3, worker_wait: PositiveFloat = 600.0,
+    workers_per_trial: NonNegativeInt | None = None, validation_seeds: SeedCount = 8,
+    sampler_seed: Seed | None = None, system_metrics: bool = True,
 ) -> list[dict[str, Any]]:
     """Tune every cell's damping; one summary per cell, or ``GridIncomplete`` after it.
 
