@@ -56,22 +56,20 @@ def _option_type(annotation: Any) -> Any:
 
 def _add_tune_options(parser: argparse.ArgumentParser) -> None:
     """One option per parameter of the ``tune`` flow, read from its source
-    (:mod:`flows.signature`): ``--trials`` for ``trials``, its type's parser, and its
-    docstring description as the help; a switch for a parameter that defaults to true."""
+    (:mod:`flows.signature`): ``--trials`` for ``trials`` and its type's parser; a switch for
+    a parameter that defaults to true. Its help is written when it is printed
+    (:class:`_FlowDefaultsFormatter`)."""
     from flows.signature import base_type, flow_params
 
     for p in flow_params():
-        text = p.description.replace("%", "%%")
         flag = "--" + p.name.replace("_", "-")
         if base_type(p.annotation) is bool:
             on = p.default is True
-            now = "false (default: true" if on else "true (default: false"
             parser.add_argument(flag.replace("--", "--no-") if on else flag, dest=p.name,
-                                action="store_false" if on else "store_true",
-                                help=f"{p.name} {now}; {text})")
+                                action="store_false" if on else "store_true", help=p.name)
             continue
         parser.add_argument(flag, *_ALIASES.get(p.name, ()), dest=p.name,
-                            type=_option_type(p.annotation), help=text,
+                            type=_option_type(p.annotation), help=p.name,
                             metavar=p.name.upper())
 
 
@@ -91,19 +89,23 @@ def _default_text(value: Any) -> str:
 
 
 class _FlowDefaultsFormatter(argparse.HelpFormatter):
-    """Appends to each option's help the default of its flow parameter, read from the ``tune``
-    flow's signature when the help is printed (so `damptune train` never imports Prefect).
-    A help text that already says what its None default means gets nothing appended."""
+    """The help of a flow parameter's option, written when it is printed (so `damptune train`
+    never imports Prefect): the description the deployment's parameter schema gives it and the
+    default of the ``tune`` flow's signature. A description that already says what its None
+    default means gets no default appended."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         from flows.signature import flow_params
 
-        text = action.help or ""
-        if action.dest not in {p.name for p in flow_params()} or action.const is not None:
-            return text  # not a flow parameter, or a switch
-        from flows.tune import flow_defaults
+        if action.dest not in {p.name for p in flow_params()}:
+            return action.help or ""
+        from flows.tune import flow_defaults, flow_descriptions
 
+        text = flow_descriptions()[action.dest].replace("%", "%%")
         value = flow_defaults()[action.dest]
+        if action.const is not None:  # a switch against its default
+            now, was = str(not value).lower(), str(value).lower()
+            return f"{action.dest} {now} (default: {was}; {text})"
         if value is None and "default" in text:
             return text
         return f"{text} (default: {_default_text(value).replace('%', '%%')})"

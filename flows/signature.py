@@ -1,10 +1,11 @@
 """The ``tune`` flow's parameters as its source declares them, read without importing the flow
 (the command-line parser must not import Prefect): each parameter's name, type (evaluated in
-:mod:`flows.params`), default when it is a literal, and the description of its line in the
-docstring's ``Args:`` section, the one Prefect puts in the deployment's parameter schema.
+:mod:`flows.params`) and default when it is a literal.
 
-``damptune tune``'s options are generated from this: one definition of the parameters, their
-types and their descriptions (tests/flows/test_defaults.py compares them with the schema).
+``damptune tune``'s options are generated from this; their help, written only when printed,
+takes each parameter's description as Prefect reads it for the deployment's parameter schema
+(``flows.tune.flow_descriptions``) and its default from the flow's signature
+(tests/flows/test_defaults.py compares the help with the schema).
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
-import re
 import types
 import typing
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FlowParam", "flow_params", "base_type", "docstring_args"]
+__all__ = ["FlowParam", "flow_params", "base_type"]
 
 _NO_DEFAULT = object()
 
@@ -30,32 +30,7 @@ class FlowParam:
 
     name: str
     annotation: Any
-    description: str
     default: Any = _NO_DEFAULT
-
-
-def docstring_args(doc: str) -> dict[str, str]:
-    """``{name: description}`` of a Google-style docstring's ``Args:`` section (a description
-    continues on the lines indented deeper than its name's)."""
-    out: dict[str, str] = {}
-    lines = iter(doc.splitlines())
-    for line in lines:
-        if line.strip() == "Args:":
-            break
-    name, indent = None, None
-    for line in lines:
-        if not line.strip():
-            break
-        depth = len(line) - len(line.lstrip())
-        entry = re.match(r"\s*(\w+):\s*(.*)$", line)
-        if entry and (indent is None or depth == indent):
-            indent, name = depth, entry.group(1)
-            out[name] = entry.group(2).strip()
-        elif name and indent is not None and depth > indent:
-            out[name] += " " + line.strip()
-        else:
-            break
-    return out
 
 
 @functools.cache
@@ -69,7 +44,6 @@ def flow_params(module: str = "flows.tune", function: str = "tune") -> tuple[Flo
     with open(spec.origin) as f:
         tree = ast.parse(f.read())
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
-    described = docstring_args(ast.get_docstring(fn) or "")
     args = fn.args.args + fn.args.kwonlyargs
     defaults = [None] * (len(fn.args.args) - len(fn.args.defaults)) + list(fn.args.defaults)
     defaults += list(fn.args.kw_defaults)
@@ -81,7 +55,7 @@ def flow_params(module: str = "flows.tune", function: str = "tune") -> tuple[Flo
             default = ast.literal_eval(node) if node is not None else _NO_DEFAULT
         except ValueError:
             default = _NO_DEFAULT
-        out.append(FlowParam(arg.arg, annotation, described.get(arg.arg, ""), default))
+        out.append(FlowParam(arg.arg, annotation, default))
     return tuple(out)
 
 

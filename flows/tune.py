@@ -19,6 +19,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.context import get_run_context
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.callables import parameter_docstrings
 
 from damptune import interrupt
 from damptune.validate import positive_float, positive_int
@@ -60,7 +61,7 @@ from tasks.session import open_session
 from tasks.validation import STAGES, matched_cells, source_cell, validation_settings
 from tasks.warmstart import neighbours
 
-__all__ = ["tune", "resolve_locations", "grid_of", "flow_defaults"]
+__all__ = ["tune", "resolve_locations", "grid_of", "flow_defaults", "flow_descriptions"]
 
 
 def resolve_locations(settings: GridSettings) -> None:
@@ -241,6 +242,12 @@ def _as_dict(cell: Cell) -> dict[str, Any]:
 def flow_defaults() -> dict[str, Any]:
     """The flow's parameters and their defaults."""
     return {name: p.default for name, p in inspect.signature(tune.fn).parameters.items()}
+
+
+def flow_descriptions() -> dict[str, str]:
+    """The flow's parameters' descriptions, as Prefect reads them for the deployment's
+    parameter schema (from the docstring's ``Args:``)."""
+    return parameter_docstrings(inspect.getdoc(tune.fn))
 
 
 def grid_of(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
