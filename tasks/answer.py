@@ -189,8 +189,15 @@ def answer_markdown(rows: list[dict[str, Any]]) -> str:
             f"{row['n_seeds']} ({row['reached_seeds']})",
             _interval(row["speedup_low"], row["speedup"], row["speedup_high"]),
             "yes" if row["tied_best"] else "no" if row["reliable"] else "no: missed the target "
-            "on most seeds", _cell(row["params"]))) + " |")
+            "on most seeds", _cell(row["params"]) + _replaced(row))) + " |")
     return "\n".join(parts).lstrip("\n") + "\n"
+
+
+def _replaced(row: dict[str, Any]) -> str:
+    """What the configuration replaced: the search's best (and runners-up) that missed the
+    target on most held-out seeds (:mod:`tasks.validation`)."""
+    return "".join(f" (replaces {r['validates']}: the target on {r['reached_seeds']} of "
+                   f"{r['n_seeds']} seeds)" for r in row.get("replaced") or [])
 
 
 def _verdict(rows: list[dict[str, Any]]) -> str:

@@ -7,6 +7,7 @@ ask, tell, leases and resume belong to :class:`~tasks.driver.StudyDriver`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -22,7 +23,7 @@ from tasks import tracking
 from tasks.driver import StudyDriver, Ticket
 from tasks.faults import Retries, is_infrastructure_fault
 from tasks.grid import Cell, GridSettings, checkpoint_path
-from tasks.registry import log_best_of_cell
+from tasks.registry import log_best_of_cell, log_runner_up
 from tasks.results import TrialResult, TrialState
 from tasks.search import (
     distributions,
@@ -34,7 +35,13 @@ from tasks.search import (
 )
 from tasks.session import Session, session_for
 from tasks.trial import run_trial
-from tasks.validation import seed_validation, validation_due
+from tasks.validation import (
+    extend_validation,
+    runner_up_answer,
+    seed_validation,
+    validation_due,
+    validation_total,
+)
 from tasks.warmstart import seed_study, seeds_of
 
 __all__ = ["run_cell"]
@@ -65,15 +72,18 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
     neighbours: :mod:`tasks.warmstart`). Trials left RUNNING by an interrupted or dead run are
     resumed first (same numbers); then new trials are asked in deterministic batches; while
     another live run trains the rest, the cell waits for it (or for its leases to expire, and
-    takes them over).
+    takes them over). A validation cell whose configuration missed the target on most held-out
+    seeds then retrains its search's runner-up (:func:`tasks.validation.extend_validation`).
     """
     grid, c = GridSettings(**settings), Cell(**cell)
     session = session_for(session_key)
     study = _open_study(grid, c, seed_cells or [], session)
     exp_id, parent = tracking.with_retries(lambda: tracking.open_cell_run(
         session.tracking, grid, c, study_name(grid, c)), what="opening the cell's run")
-    driver = StudyDriver(study, grid, leases=session.leases, owner=session.key,
-                         space=distributions(grid, c), batch=max_concurrent_trials)
+    total = grid.trials if c.stage == "search" else validation_total(study)
+    driver = StudyDriver(study, dataclasses.replace(grid, trials=total), leases=session.leases,
+                         owner=session.key, space=distributions(grid, c),
+                         batch=max_concurrent_trials)
     submit = {"settings": settings, "cell_key": c.key, "cell": cell, "session_key": session.key,
               "experiment_id": exp_id, "parent_run_id": parent}
     retries = Retries(c.key, attempts=grid.trial_attempts, backoff=grid.retry_backoff)
@@ -82,23 +92,50 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
     runner: ThreadPoolTaskRunner[Any]
     with ThreadPoolTaskRunner(max_workers=max_concurrent_trials) as runner:
         while True:
-            batch = driver.stale_trials() or driver.next_batch()
-            if batch is None:  # no new trial is due: done, unless trials of others are left
-                if not driver.running_elsewhere():
-                    break
-                if interrupt.requested():
-                    return _finish(session, study, grid, c, exp_id, parent, interrupted=True)
-                if driver.held_elsewhere():  # else one is free now: resume it at once
-                    time.sleep(min(WAIT_POLL_SECONDS, session.leases.ttl / 4))
-                continue
-            results = _run_batch(runner, driver, batch, submit)
-            if any(r.state is TrialState.INTERRUPTED and r.fault is None for r in results):
-                return _finish(session, study, grid, c, exp_id, parent, interrupted=True)
-            faults = [r for r in results if r.fault is not None]
-            if faults and not retries.back_off(faults):  # attempts used up: stop the cell
-                _finish(session, study, grid, c, exp_id, parent, interrupted=True)
-                raise retries.error(faults)
+            outcome = _train_due(runner, driver, submit, retries, session)
+            if outcome is not None:  # interrupted, or a fault past its attempts
+                summary = _finish(session, study, grid, c, exp_id, parent, interrupted=True)
+                if isinstance(outcome, Exception):
+                    raise outcome
+                return summary
+            if c.stage != "validation" or not _retrain_runner_up(driver, grid, session):
+                break
     return _finish(session, study, grid, c, exp_id, parent, interrupted=False)
+
+
+def _train_due(runner: ThreadPoolTaskRunner[Any], driver: StudyDriver, submit: dict[str, Any],
+               retries: Retries, session: Session) -> Exception | bool | None:
+    """Train the study's due trials, in batches, until none is due and no other live run
+    trains one. None then; True when interrupted; the error when a cluster fault outlived
+    its attempts."""
+    while True:
+        batch = driver.stale_trials() or driver.next_batch()
+        if batch is None:  # no new trial is due: done, unless trials of others are left
+            if not driver.running_elsewhere():
+                return None
+            if interrupt.requested():
+                return True
+            if driver.held_elsewhere():  # else one is free now: resume it at once
+                time.sleep(min(WAIT_POLL_SECONDS, session.leases.ttl / 4))
+            continue
+        results = _run_batch(runner, driver, batch, submit)
+        if any(r.state is TrialState.INTERRUPTED and r.fault is None for r in results):
+            return True
+        faults = [r for r in results if r.fault is not None]
+        if faults and not retries.back_off(faults):  # attempts used up: stop the cell
+            return retries.error(faults)
+
+
+def _retrain_runner_up(driver: StudyDriver, grid: GridSettings, session: Session) -> bool:
+    """A validation cell whose configuration missed the target on most held-out seeds
+    retrains its search's runner-up (:func:`tasks.validation.extend_validation`): whether
+    trials were added."""
+    total = with_storage_retries(lambda: extend_validation(
+        driver.study, grid, leases=session.leases, owner=session.key))
+    if total <= driver.settings.trials:
+        return False
+    driver.settings = dataclasses.replace(driver.settings, trials=total)
+    return True
 
 
 def _open_study(grid: GridSettings, c: Cell, seed_cells: list[dict[str, Any]],
@@ -187,6 +224,10 @@ def _finish(session: Session, study: optuna.Study, grid: GridSettings, c: Cell, 
         if c.stage == "search" and not interrupted and best is not None:  # as an MLflow model
             log_best_of_cell(session.tracking, grid, c, exp_id, parent, best_trial=best,
                              checkpoint=checkpoint_path(grid, c, best))
+        runner_up = runner_up_answer(study) if c.stage == "validation" else None
+        if not interrupted and runner_up is not None:  # the search cell's model follows it
+            log_runner_up(session.tracking, grid, Cell(**grid.extra["source"]), exp_id,
+                          number=runner_up)
         tracking.tag_cell_run(session.tracking, exp_id, parent, cell_key=c.key,
                               summary=summary, interrupted=interrupted)
         return {**summary, "parent_run_id": parent, "interrupted": interrupted}

@@ -42,7 +42,7 @@ from damptune.state import build_model
 from models import Dataset, load_dataset
 from tasks import tracking
 from tasks.answer import BASELINE, rank_cells
-from tasks.grid import Cell, GridSettings, share_rows
+from tasks.grid import Cell, GridSettings, checkpoint_path, share_rows
 from tasks.stats import answer_rows
 from tasks.validation import MATCHED_SUFFIX, validation_rows
 
@@ -152,6 +152,21 @@ def _log_model(client: MlflowClient, exp_id: str, *, run_id: str, checkpoint: st
     return str(logged.model_id)
 
 
+def log_runner_up(client: MlflowClient, grid: GridSettings, source: Cell, exp_id: str, *,
+                  number: int) -> str | None:
+    """The search cell ``source``'s model follows its answer on the held-out seeds: when its
+    best missed the target there and its trial ``number`` (a runner-up) answers instead
+    (:mod:`tasks.validation`), that trial's model becomes the cell's (its parent run's tag),
+    the one :func:`register_best` registers. Returns the model's id, or None (a warning)."""
+    runs = client.search_runs([exp_id], f"tags.`{tracking.CELL_TAG}` = '{source.key}' and "
+                                        "tags.`damptune.kind` = 'cell'", max_results=1)
+    if not runs:
+        log.warning("%s: no MLflow run of the cell: its runner-up is not logged", source.key)
+        return None
+    return log_best_of_cell(client, grid, source, exp_id, runs[0].info.run_id,
+                            best_trial=number, checkpoint=checkpoint_path(grid, source, number))
+
+
 def register_best(client: MlflowClient, settings: GridSettings,
                   rows: list[dict[str, Any]]) -> dict[str, str]:
     """Register each (network, model) pair's best (rank 1 of the held-out answer, else of the
@@ -174,7 +189,7 @@ def register_best(client: MlflowClient, settings: GridSettings,
             continue
         name = registered_name(settings.grid_name, row["model"], int(row["network"]))
         out[name] = _version(client, name, model_id, grid=settings.grid_name, key=key,
-                             run_id=runs[0].data.tags.get("damptune.best_run_id", ""))
+                             run_id=client.get_logged_model(model_id).source_run_id or "")
         client.set_registered_model_alias(name, ALIAS, out[name])
     return out
 

@@ -9,6 +9,14 @@ algorithms of a (network, model) pair are compared seed by seed (paired): the no
 seeds share cancels in their ratio. The answer of a cell is the mean over its seeds with a
 95 % confidence interval (Student's t); :mod:`tasks.stats` compares them.
 
+**A best that misses on the held-out seeds is replaced.** A search keeps the fastest trial that
+reached the target, and a configuration that reached it just before the end of its budget on
+the search's seed may miss it on most held-out seeds (the winner's curse in its plainest form).
+Then its search's next fastest configuration that reached the target is retrained on the same
+seeds, up to :data:`CANDIDATES` configurations in all; the cell's answer is the first that
+reaches the target on most seeds (else the search's best, reported as missing it). The choice
+depends only on finished, deterministic trainings: a rerun makes it again, the same.
+
 **The matched comparison** (the AdaDamp paper's): ``geodamp`` with the baseline's best
 ``factor`` and ``delay`` (``geodamplr``'s, searched once per model), at every network size, on
 the same held-out seeds: a cell of stage ``matched`` (``<grid>/n<P>/geodamp/<model>/matched``),
@@ -30,8 +38,9 @@ from tasks.grid import Cell, GridSettings
 from tasks.leases import Leases
 from tasks.search import best_trial, reached_target, storage_for, study_name
 
-__all__ = ["TRAIN_SEED", "VALIDATES", "MATCHED", "MATCHED_SUFFIX", "held_out_seeds",
-           "matched_cells", "seed_validation", "source_cell", "validation_due",
+__all__ = ["TRAIN_SEED", "VALIDATES", "MATCHED", "MATCHED_SUFFIX", "CANDIDATES",
+           "held_out_seeds", "matched_cells", "seed_validation", "extend_validation",
+           "runner_up_answer", "source_cell", "validation_due", "validation_total",
            "validation_rows", "validation_settings"]
 
 TRAIN_SEED = "train_seed"  # Optuna user attribute of a validation trial: its training seed
@@ -39,7 +48,9 @@ VALIDATES = "validates"  # ... and the search trial whose configuration it retra
 _SEEDED = "validation_seeded"  # study user attribute: the seeds enqueued (once)
 MATCHED = ("geodamp", "geodamplr")  # the matched cell's damper, and whose best it takes
 MATCHED_SUFFIX = "-matched"  # a matched cell's rows: its damper's name and this
+_CANDIDATES = "validation_candidates"  # study user attribute: the search trials retrained
 STAGES = ("validation", "matched")  # the stages trained on the held-out seeds
+CANDIDATES = 3  # configurations a validation cell retrains at most: the best, 2 runners-up
 
 
 def matched_cells(cells: list[Cell]) -> list[Cell]:
@@ -108,7 +119,7 @@ def seed_validation(study: optuna.Study, grid: GridSettings, *, leases: Leases,
     key, deadline = f"{study.study_name}#seeding", time.monotonic() + 2 * leases.ttl
     while not leases.acquire(key, owner):  # another live run is seeding: wait for it
         if validation_due(study) or time.monotonic() > deadline:
-            return len(study.user_attrs.get(_SEEDED) or [])
+            return validation_total(study)
         time.sleep(1.0)
     try:
         return _seed(study, grid)
@@ -118,20 +129,94 @@ def seed_validation(study: optuna.Study, grid: GridSettings, *, leases: Leases,
 
 def _seed(study: optuna.Study, grid: GridSettings) -> int:
     if study.user_attrs.get(_SEEDED):
-        return len(study.user_attrs[_SEEDED])
-    source = Cell(**grid.extra["source"])
-    searched = optuna.load_study(study_name=study_name(grid, source),
-                                 storage=storage_for(grid.storage))
+        return validation_total(study)
+    source, searched = _searched(grid)
     best = best_trial(searched.get_trials(deepcopy=False))
     if best is None or not _search_finished(searched, grid):
         return 0
     seeds = held_out_seeds(grid)
-    there = {t.user_attrs.get(TRAIN_SEED) for t in study.get_trials(deepcopy=False)}
-    for seed in (s for s in seeds if s not in there):  # a rerun after a kill mid-way
-        study.enqueue_trial(dict(best.params), skip_if_exists=False, user_attrs={
-            TRAIN_SEED: seed, VALIDATES: f"{source.key}#{best.number}"})
+    _enqueue(study, best, seeds, f"{source.key}#{best.number}")
+    study.set_user_attr(_CANDIDATES, [f"{source.key}#{best.number}"])
     study.set_user_attr(_SEEDED, seeds)
     return len(seeds)
+
+
+def _searched(grid: GridSettings) -> tuple[Cell, optuna.Study]:
+    source = Cell(**grid.extra["source"])
+    return source, optuna.load_study(study_name=study_name(grid, source),
+                                     storage=storage_for(grid.storage))
+
+
+def _enqueue(study: optuna.Study, trial: optuna.trial.FrozenTrial, seeds: list[int],
+             validates: str) -> None:
+    """``trial``'s configuration once per seed (only the seeds not there yet: a rerun after a
+    kill mid-way)."""
+    there = {(t.user_attrs.get(VALIDATES), t.user_attrs.get(TRAIN_SEED))
+             for t in study.get_trials(deepcopy=False)}
+    for seed in (s for s in seeds if (validates, s) not in there):
+        study.enqueue_trial(dict(trial.params), skip_if_exists=False, user_attrs={
+            TRAIN_SEED: seed, VALIDATES: validates})
+
+
+def _candidates(study: optuna.Study) -> list[str]:
+    """The search trials the study retrains, in order (``<cell>#<number>``); a study seeded
+    before runners-up were retrained has its one, named by its trials."""
+    listed = study.user_attrs.get(_CANDIDATES)
+    if listed:
+        return list(listed)
+    return list(dict.fromkeys(str(t.user_attrs.get(VALIDATES, ""))
+                              for t in study.get_trials(deepcopy=False)))[:1]
+
+
+def validation_total(study: optuna.Study) -> int:
+    """The trials the validation study has or will have: its seeds for each configuration it
+    retrains (0 before it is seeded)."""
+    return len(study.user_attrs.get(_SEEDED) or []) * max(1, len(_candidates(study)))
+
+
+def extend_validation(study: optuna.Study, grid: GridSettings, *, leases: Leases,
+                      owner: str) -> int:
+    """When the last configuration the study retrained has every seed finished and missed the
+    target on most of them, enqueue its search's next fastest configuration that reached the
+    target (one not retrained yet), up to :data:`CANDIDATES` in all. Returns the trials the
+    study has or will have (:func:`validation_total`): unchanged when none is due."""
+    key = f"{study.study_name}#seeding"
+    while not leases.acquire(key, owner):  # another live run extends it: wait for it
+        time.sleep(0.2)
+    try:
+        tried, seeds = _candidates(study), list(study.user_attrs.get(_SEEDED) or [])
+        trials = study.get_trials(deepcopy=False)
+        last = [t for t in trials if t.user_attrs.get(VALIDATES) == tried[-1]] if tried else []
+        if (not seeds or len(tried) >= CANDIDATES or len(last) < len(seeds)
+                or any(not t.state.is_finished() for t in last) or _mostly_reached(last)):
+            return validation_total(study)
+        source, searched = _searched(grid)
+        runner_up = _runner_up(searched.get_trials(deepcopy=False), tried, source)
+        if runner_up is not None:
+            name = f"{source.key}#{runner_up.number}"
+            _enqueue(study, runner_up, seeds, name)
+            study.set_user_attr(_CANDIDATES, [*tried, name])
+        return validation_total(study)
+    finally:
+        leases.release(key, owner)
+
+
+def _mostly_reached(trials: list[optuna.trial.FrozenTrial]) -> bool:
+    """Whether these finished validation trials reached the target on most of their seeds
+    (the answer's ``reliable``, :func:`tasks.stats.compare_pair`)."""
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    return 2 * sum(reached_target(t) for t in done) > len(trials)
+
+
+def _runner_up(trials: list[optuna.trial.FrozenTrial], tried: list[str],
+               source: Cell) -> optuna.trial.FrozenTrial | None:
+    """The search's fastest COMPLETE trial that reached the target and whose configuration no
+    trial in ``tried`` has."""
+    by_name = {f"{source.key}#{t.number}": t for t in trials}
+    seen = [by_name[n].params for n in tried if n in by_name]
+    fit = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
+           and t.value is not None and reached_target(t) and t.params not in seen]
+    return min(fit, key=lambda t: (t.value, t.number), default=None)
 
 
 def validation_due(study: optuna.Study) -> bool:
@@ -149,8 +234,7 @@ def validation_rows(storage: str, *, grid_name: str) -> list[dict[str, Any]]:
         if attrs.get("grid") != grid_name or attrs.get("stage") not in STAGES:
             continue
         study = optuna.load_study(study_name=s.study_name, storage=store)
-        done = [t for t in study.get_trials(deepcopy=False)
-                if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
+        done, replaced = _answer_trials(study)
         rows.append({
             "network": int(attrs["network"]),
             "algorithm": str(attrs["algorithm"]) + (MATCHED_SUFFIX if attrs["stage"] == "matched"
@@ -160,7 +244,46 @@ def validation_rows(storage: str, *, grid_name: str) -> list[dict[str, Any]]:
             "reached": {int(t.user_attrs[TRAIN_SEED]): reached_target(t) for t in done},
             "params": dict(done[0].params) if done else {},
             "validates": str(done[0].user_attrs.get(VALIDATES, "")) if done else "",
-            "n_seeds": len(attrs.get(_SEEDED) or []),
+            "n_seeds": len(attrs.get(_SEEDED) or []), "replaced": replaced,
         })
     rows.sort(key=lambda r: (r["network"], r["model"], r["algorithm"]))
     return rows
+
+
+def _answer_trials(study: optuna.Study) -> tuple[list[optuna.trial.FrozenTrial],
+                                                 list[dict[str, Any]]]:
+    """The COMPLETE trials of the configuration that answers for the cell
+    (:func:`_answer_index`); and the ones retrained before it, which missed (``validates``,
+    seeds reached, seeds)."""
+    groups = _groups(study)
+    answer = _answer_index(groups)
+    done = [t for t in groups[answer] if t.state == optuna.trial.TrialState.COMPLETE
+            and t.value is not None]
+    replaced = [{"validates": str(g[0].user_attrs.get(VALIDATES, "")), "n_seeds": len(g),
+                 "reached_seeds": sum(reached_target(t) for t in g
+                                      if t.state == optuna.trial.TrialState.COMPLETE)}
+                for g in groups[:answer] if g]
+    return done, replaced
+
+
+def _groups(study: optuna.Study) -> list[list[optuna.trial.FrozenTrial]]:
+    """The study's trials per configuration retrained, in the order retrained."""
+    trials = study.get_trials(deepcopy=False)
+    return [[t for t in trials if str(t.user_attrs.get(VALIDATES, "")) == name]
+            for name in _candidates(study)] or [trials]
+
+
+def _answer_index(groups: list[list[optuna.trial.FrozenTrial]]) -> int:
+    """The first configuration retrained that reached the target on most seeds, else the
+    search's best (the first)."""
+    return next((i for i, g in enumerate(groups) if _mostly_reached(g)), 0)
+
+
+def runner_up_answer(study: optuna.Study) -> int | None:
+    """The search trial number of the runner-up that answers for the validation cell, or None
+    when its search's best does (or nothing was retrained yet)."""
+    groups = _groups(study)
+    answer = _answer_index(groups)
+    if not answer or not groups[answer]:
+        return None
+    return int(str(groups[answer][0].user_attrs[VALIDATES]).rsplit("#", 1)[1])

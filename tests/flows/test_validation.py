@@ -107,3 +107,60 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
     tune(run_dir=run_dir, cluster=scheduler, **GRID)  # the rerun: nothing trained twice
     assert {name: len(s.trials) for name, s in _studies(run_dir).items()} == counts
     assert len(mlflow_runs(run_dir, "v")[1]) == len(runs)
+
+
+def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp_path,
+                                                                               scheduler):
+    """The winner's curse in its plainest form: the search's best reached the target on its
+    own seed only. Here its search's first trial is that lucky one, put into Optuna before the
+    grid runs (lr 0.001 with a fast time: far too slow to reach the target in 3 epochs on
+    any seed); its second is trained by the grid (lr 0.2, enqueued; no pruner: the lucky
+    time would prune it). The best misses on every
+    held-out seed, so the runner-up is retrained on the same seeds, answers for the cell, and
+    is the model the registry calls best."""
+    from tasks.grid import Cell
+    from tasks.search import TARGET_CONSTRAINT, distributions, open_study
+
+    grid = dict(GRID, networks=[2], algorithms=["sgd"], target_accuracy=0.3, pruner="none",
+                grid_name="r")
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    run_dir = str(run_dir)
+    settings, _ = grid_of({**grid, "run_dir": run_dir})
+    cell = Cell(2, "sgd", "mlp")
+    search = open_study(settings, cell, n_train=4000)
+    search.add_trial(optuna.trial.create_trial(
+        params={"lr": 1e-3}, distributions=distributions(settings, cell), value=0.01,
+        constraints={TARGET_CONSTRAINT: 0.0}))
+    search.enqueue_trial({"lr": 0.2})
+    tune(run_dir=run_dir, cluster=scheduler, **grid)
+
+    studies = _studies(run_dir)
+    assert studies["r/n2/sgd/mlp"].trials[1].params == {"lr": 0.2}
+    done = [t for t in studies["r/n2/sgd/mlp/validation"].trials if t.state.name == "COMPLETE"]
+    seeds = sorted(held_out_seeds(settings))
+    by = {}
+    for t in done:
+        by.setdefault(t.user_attrs["validates"], []).append(t)
+    assert sorted(by) == ["n2/sgd/mlp#0", "n2/sgd/mlp#1"], sorted(by)
+    for name, lr in (("n2/sgd/mlp#0", 1e-3), ("n2/sgd/mlp#1", 0.2)):
+        assert sorted(t.user_attrs["train_seed"] for t in by[name]) == seeds
+        assert {t.params["lr"] for t in by[name]} == {lr}
+    assert not any(t.constraints[TARGET_CONSTRAINT] <= 0 for t in by["n2/sgd/mlp#0"])
+    with open(f"{run_dir}/report/answer.json") as f:
+        (row,) = json.load(f)
+    assert row["params"] == {"lr": 0.2} and row["reliable"] and row["n_seeds"] == 3
+    assert row["replaced"] == [{"validates": "n2/sgd/mlp#0", "n_seeds": 3, "reached_seeds": 0}]
+    with open(f"{run_dir}/report/report.md") as f:
+        assert "replaces n2/sgd/mlp#0: the target on 0 of 3 seeds" in f.read()
+    client, runs = mlflow_runs(run_dir, "r")
+    assert len([r for r in runs if r.data.tags.get("damptune.stage") == "validation"
+                and r.data.tags.get("damptune.kind") == "trial"]) == 6
+    version = client.get_model_version_by_alias("r-mlp-n2", "best")
+    trained = client.get_run(version.run_id)
+    assert trained.data.tags["damptune.cell"] == "n2/sgd/mlp"
+    assert trained.data.tags["damptune.trial_number"] == "1"
+
+    tune(run_dir=run_dir, cluster=scheduler, **grid)  # the rerun: nothing trained twice
+    assert len(_studies(run_dir)["r/n2/sgd/mlp/validation"].trials) == 6
+    assert len(mlflow_runs(run_dir, "r")[1]) == len(runs)
