@@ -226,7 +226,7 @@ def _finish(session: Session, study: optuna.Study, grid: GridSettings, c: Cell, 
                              checkpoint=checkpoint_path(grid, c, best))
         runner_up = runner_up_answer(study) if c.stage == "validation" else None
         if not interrupted and runner_up is not None:  # the search cell's model follows it
-            log_runner_up(session.tracking, grid, Cell(**grid.extra["source"]), exp_id,
+            log_runner_up(session.tracking, grid, c, Cell(**grid.extra["source"]), exp_id,
                           number=runner_up)
         tracking.tag_cell_run(session.tracking, exp_id, parent, cell_key=c.key,
                               summary=summary, interrupted=interrupted)

@@ -152,19 +152,20 @@ def _log_model(client: MlflowClient, exp_id: str, *, run_id: str, checkpoint: st
     return str(logged.model_id)
 
 
-def log_runner_up(client: MlflowClient, grid: GridSettings, source: Cell, exp_id: str, *,
-                  number: int) -> str | None:
+def log_runner_up(client: MlflowClient, grid: GridSettings, cell: Cell, source: Cell,
+                  exp_id: str, *, number: int) -> str | None:
     """The search cell ``source``'s model follows its answer on the held-out seeds: when its
-    best missed the target there and its trial ``number`` (a runner-up) answers instead
-    (:mod:`tasks.validation`), that trial's model becomes the cell's (its parent run's tag),
-    the one :func:`register_best` registers. Returns the model's id, or None (a warning)."""
+    best missed the target there and a runner-up answers instead (:mod:`tasks.validation`),
+    the validation cell ``cell``'s trial ``number`` (that configuration, trained to the
+    target on a held-out seed) becomes the search cell's model (its parent run's tag), the one
+    :func:`register_best` registers. Returns the model's id, or None (a warning)."""
     runs = client.search_runs([exp_id], f"tags.`{tracking.CELL_TAG}` = '{source.key}' and "
                                         "tags.`damptune.kind` = 'cell'", max_results=1)
     if not runs:
         log.warning("%s: no MLflow run of the cell: its runner-up is not logged", source.key)
         return None
-    return log_best_of_cell(client, grid, source, exp_id, runs[0].info.run_id,
-                            best_trial=number, checkpoint=checkpoint_path(grid, source, number))
+    return log_best_of_cell(client, grid, cell, exp_id, runs[0].info.run_id,
+                            best_trial=number, checkpoint=checkpoint_path(grid, cell, number))
 
 
 def register_best(client: MlflowClient, settings: GridSettings,

@@ -12,10 +12,12 @@ seeds share cancels in their ratio. The answer of a cell is the mean over its se
 **A best that misses on the held-out seeds is replaced.** A search keeps the fastest trial that
 reached the target, and a configuration that reached it just before the end of its budget on
 the search's seed may miss it on most held-out seeds (the winner's curse in its plainest form).
-Then its search's next fastest configuration that reached the target is retrained on the same
-seeds, up to :data:`CANDIDATES` configurations in all; the cell's answer is the first that
-reaches the target on most seeds (else the search's best, reported as missing it). The choice
-depends only on finished, deterministic trainings: a rerun makes it again, the same.
+Then its search's next fastest configuration that reached the target (else, when none is
+left, the pruned one of least value so far: the bound pruned it only for being slower than
+the best that just missed) is retrained on the same seeds, up to :data:`CANDIDATES`
+configurations in all; the cell's answer is the first that reaches the target on most seeds
+(else the search's best, reported as missing it). The choice depends only on finished,
+deterministic trainings: a rerun makes it again, the same.
 
 **The matched comparison** (the AdaDamp paper's): ``geodamp`` with the baseline's best
 ``factor`` and ``delay`` (``geodamplr``'s, searched once per model), at every network size, on
@@ -177,9 +179,9 @@ def validation_total(study: optuna.Study) -> int:
 def extend_validation(study: optuna.Study, grid: GridSettings, *, leases: Leases,
                       owner: str) -> int:
     """When the last configuration the study retrained has every seed finished and missed the
-    target on most of them, enqueue its search's next fastest configuration that reached the
-    target (one not retrained yet), up to :data:`CANDIDATES` in all. Returns the trials the
-    study has or will have (:func:`validation_total`): unchanged when none is due."""
+    target on most of them, enqueue its search's runner-up (:func:`_runner_up`: one not
+    retrained yet), up to :data:`CANDIDATES` in all. Returns the trials the study has or will
+    have (:func:`validation_total`): unchanged when none is due."""
     key = f"{study.study_name}#seeding"
     while not leases.acquire(key, owner):  # another live run extends it: wait for it
         time.sleep(0.2)
@@ -210,13 +212,19 @@ def _mostly_reached(trials: list[optuna.trial.FrozenTrial]) -> bool:
 
 def _runner_up(trials: list[optuna.trial.FrozenTrial], tried: list[str],
                source: Cell) -> optuna.trial.FrozenTrial | None:
-    """The search's fastest COMPLETE trial that reached the target and whose configuration no
-    trial in ``tried`` has."""
+    """The search's next configuration to retrain, one that no trial in ``tried`` has: its
+    fastest COMPLETE trial that reached the target; when none is left, its PRUNED trial of
+    least value so far. A trial the bound pruned was only slower than a best that has now
+    missed on the held-out seeds; in a bound-pruned search that best is often the only
+    trial that finished, so its runners-up are pruned ones, whose time the held-out seeds
+    measure in full (no bound)."""
     by_name = {f"{source.key}#{t.number}": t for t in trials}
     seen = [by_name[n].params for n in tried if n in by_name]
-    fit = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
-           and t.value is not None and reached_target(t) and t.params not in seen]
-    return min(fit, key=lambda t: (t.value, t.number), default=None)
+    fresh = [t for t in trials if t.value is not None and t.params not in seen]
+    reached = [t for t in fresh if t.state == optuna.trial.TrialState.COMPLETE
+               and reached_target(t)]
+    pruned = [t for t in fresh if t.state == optuna.trial.TrialState.PRUNED]
+    return min(reached or pruned, key=lambda t: (t.value, t.number), default=None)
 
 
 def validation_due(study: optuna.Study) -> bool:
@@ -280,10 +288,12 @@ def _answer_index(groups: list[list[optuna.trial.FrozenTrial]]) -> int:
 
 
 def runner_up_answer(study: optuna.Study) -> int | None:
-    """The search trial number of the runner-up that answers for the validation cell, or None
-    when its search's best does (or nothing was retrained yet)."""
+    """When a runner-up answers for the validation cell (its search's best missed), the
+    number of its validation trial that reached the target fastest: a model of that
+    configuration trained to the target (the search's own trial of it may have been pruned
+    half-way). None when the search's best answers, or nothing was retrained yet."""
     groups = _groups(study)
     answer = _answer_index(groups)
-    if not answer or not groups[answer]:
-        return None
-    return int(str(groups[answer][0].user_attrs[VALIDATES]).rsplit("#", 1)[1])
+    reached = [t for t in groups[answer] if answer and t.state == optuna.trial.TrialState.COMPLETE
+               and t.value is not None and reached_target(t)]
+    return min(reached, key=lambda t: (t.value, t.number)).number if reached else None

@@ -109,19 +109,20 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
     assert len(mlflow_runs(run_dir, "v")[1]) == len(runs)
 
 
-def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp_path,
-                                                                               scheduler):
+@pytest.mark.parametrize("pruner", ["none", "bound"])
+def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp_path, scheduler,
+                                                                               pruner):
     """The winner's curse in its plainest form: the search's best reached the target on its
     own seed only. Here its search's first trial is that lucky one, put into Optuna before the
     grid runs (lr 0.001 with a fast time: far too slow to reach the target in 3 epochs on
-    any seed); its second is trained by the grid (lr 0.2, enqueued; no pruner: the lucky
-    time would prune it). The best misses on every
+    any seed); its second is trained by the grid (lr 0.2, enqueued): COMPLETE without a
+    pruner, PRUNED by the bound (the lucky time) with one. The best misses on every
     held-out seed, so the runner-up is retrained on the same seeds, answers for the cell, and
     is the model the registry calls best."""
     from tasks.grid import Cell
     from tasks.search import TARGET_CONSTRAINT, distributions, open_study
 
-    grid = dict(GRID, networks=[2], algorithms=["sgd"], target_accuracy=0.3, pruner="none",
+    grid = dict(GRID, networks=[2], algorithms=["sgd"], target_accuracy=0.3, pruner=pruner,
                 grid_name="r")
     run_dir = tmp_path / "r"
     run_dir.mkdir()
@@ -136,7 +137,9 @@ def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp
     tune(run_dir=run_dir, cluster=scheduler, **grid)
 
     studies = _studies(run_dir)
-    assert studies["r/n2/sgd/mlp"].trials[1].params == {"lr": 0.2}
+    second = studies["r/n2/sgd/mlp"].trials[1]
+    assert second.params == {"lr": 0.2}
+    assert second.state.name == ("COMPLETE" if pruner == "none" else "PRUNED")
     done = [t for t in studies["r/n2/sgd/mlp/validation"].trials if t.state.name == "COMPLETE"]
     seeds = sorted(held_out_seeds(settings))
     by = {}
@@ -156,10 +159,14 @@ def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp
     client, runs = mlflow_runs(run_dir, "r")
     assert len([r for r in runs if r.data.tags.get("damptune.stage") == "validation"
                 and r.data.tags.get("damptune.kind") == "trial"]) == 6
+    # the registry's best: the runner-up trained to the target on a held-out seed (its search
+    # trial may have been pruned half-way), the fastest of them
     version = client.get_model_version_by_alias("r-mlp-n2", "best")
     trained = client.get_run(version.run_id)
-    assert trained.data.tags["damptune.cell"] == "n2/sgd/mlp"
-    assert trained.data.tags["damptune.trial_number"] == "1"
+    assert trained.data.tags["damptune.cell"] == "n2/sgd/mlp/validation"
+    fastest = min((t for t in by["n2/sgd/mlp#1"] if t.constraints[TARGET_CONSTRAINT] <= 0),
+                  key=lambda t: t.value)
+    assert trained.data.tags["damptune.trial_number"] == str(fastest.number)
 
     tune(run_dir=run_dir, cluster=scheduler, **grid)  # the rerun: nothing trained twice
     assert len(_studies(run_dir)["r/n2/sgd/mlp/validation"].trials) == 6
