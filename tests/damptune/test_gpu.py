@@ -44,7 +44,10 @@ def test_gpu_local_matches_cpu(data):
     cpu = train(config("local", 1), data)
     gpu = train(config("local", 1, device="cuda"), data)
     assert next(gpu.model.parameters()).is_cuda
-    np.testing.assert_allclose(losses(gpu), losses(cpu), rtol=1e-3)
+    # atol: late losses of this separable problem fall to ~1e-7, where float32 rounding on the
+    # two devices differs by ~1e-8 (a 2 % relative gap on an H100, torch 2.11+cu130); a real
+    # divergence is orders of magnitude above it
+    np.testing.assert_allclose(losses(gpu), losses(cpu), rtol=1e-3, atol=1e-6)
 
 
 @needs_two
