@@ -6,7 +6,7 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux1_x86_64 -d .whl \
 #     dask==2026.8.0 distributed==2026.8.0 tornado==6.6.1 tblib==3.2.2 zict==3.0.0 \
-#     locket==1.0.0 partd==1.4.2 cloudpickle==3.1.3 toolz==1.2.0 Prefect, Optuna and MLflow are not carried,
+#     locket==1.0.0 partd==1.4.2 cloudpickle==3.1.3 toolz==1.2.0 mnist1d==0.0.2.post1 Prefect, Optuna and MLflow are not carried,
 # so the grid items of the list are not run here. Each step prints its result; none stops
 # the others.
 set -u
@@ -55,3 +55,9 @@ for micro in (None, 128):
     peak = torch.cuda.max_memory_allocated() - base
     print(f"micro_batch={micro}: peak {peak / 2**20:.0f} MiB above the model and data")
 PY
+
+echo "== step time against DDP over NCCL (bench/step_time.py --device cuda), a GPU per rank"
+gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+ranks=$(python3 -c "print(','.join(str(p) for p in (1, 2, 4, 8) if p <= $gpus))")
+timeout 240 python3 bench/step_time.py --device cuda --ranks "$ranks" 2>&1 \
+  | grep -v "^INFO\|distributed\." | tail -20

@@ -11,7 +11,9 @@ geometric damping doubles the batch after one epoch, from B/2 on P/2 ranks to B 
 (``bench/resizes.py`` measures it on the ranks).
 
 Run: ``python bench/step_time.py`` (``--help`` for sizes). Prints a table with ratios to DDP
-and a weak-scaling table (batch k·B on k·P ranks vs B on P). Goals, median over P and both
+and a weak-scaling table (batch k·B on k·P ranks vs B on P). ``--device cuda``: every rank on
+its own GPU (rank r on ``cuda:r``), DDP over NCCL, damptune with ``device="cuda"``; ``--ranks``
+at most the GPUs there are. Goals, median over P and both
 scalings: decentralized <= 1.10x DDP, centralized <= 1.5x DDP; a change of P <= 2 updates.
 """
 
@@ -50,16 +52,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp_rank(rank, world, port, X, y, kwargs, batch, steps, warmup, out):
+def _ddp_rank(rank, world, port, X, y, kwargs, batch, steps, warmup, out, device="cpu"):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from damptune.config import resolve
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    cuda = device == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = DDP(resolve(MODULE)(**kwargs))
+    where = torch.device(f"cuda:{rank}" if cuda else "cpu")
+    X, y = X.to(where), y.to(where)
+    model = DDP(resolve(MODULE)(**kwargs).to(where), device_ids=[rank] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     rng = np.random.default_rng(0)
     times = []
@@ -71,6 +76,8 @@ def _ddp_rank(rank, world, port, X, y, kwargs, batch, steps, warmup, out):
         loss = F.cross_entropy(model(X[idx]), y[idx], reduction="sum") / batch
         loss.backward()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize(where)
         if step >= warmup:
             times.append(time.perf_counter() - t0)
     if rank == 0:
@@ -83,7 +90,7 @@ def ddp_step_time(args, data: TrainData, kwargs: dict, world: int, batch: int) -
     out = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_ddp_rank, args=(r, world, port, data.X, data.y, kwargs, batch,
-                                                 args.steps, args.warmup, out))
+                                                 args.steps, args.warmup, out, args.device))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -100,6 +107,7 @@ def damptune_step_time(args, data, kwargs, mode, world, batch, scheduler):
             damper="sgd", damper_kwargs={"initial": batch}, max_batch_size=batch,
             per_worker_batch=max(1, batch // world), min_workers=world, max_workers=world,
             max_epochs=1e6, max_updates=updates, eval_every=1e6, mode=mode,
+            device=args.device,
         )
         t0 = time.perf_counter()
         state = train(cfg, data, cluster=scheduler)
@@ -115,7 +123,7 @@ def damptune_step_time(args, data, kwargs, mode, world, batch, scheduler):
     return median, amortized
 
 
-def change_cost(data, kwargs, mode, world, batch, scheduler) -> float:
+def change_cost(data, kwargs, mode, world, batch, scheduler, device="cpu") -> float:
     """One change of P (world/2 -> world ranks, batch/2 -> batch), in updates."""
     from distributed import Client
 
@@ -125,7 +133,7 @@ def change_cost(data, kwargs, mode, world, batch, scheduler) -> float:
         module=MODULE, module_kwargs=kwargs, optimizer_kwargs={"momentum": 0.9}, lr=0.01,
         damper="geodamp", damper_kwargs={"initial": batch // 2, "factor": 2, "delay": 1},
         max_batch_size=batch, per_worker_batch=max(1, batch // world), min_workers=1,
-        max_workers=world, max_epochs=1.5, eval_every=1e6, mode=mode,
+        max_workers=world, max_epochs=1.5, eval_every=1e6, mode=mode, device=device,
     )
     with Client(scheduler, timeout="10s") as client:
         resizes.clear(client)
@@ -142,6 +150,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ranks", default="1,2,4")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: a GPU per rank, DDP over NCCL")
     args = parser.parse_args(argv)
     ranks = [int(r) for r in args.ranks.split(",")]
 
@@ -151,7 +161,8 @@ def main(argv=None) -> int:
     n_params = sum(p.numel() for p in __import__("damptune").state.build_model(
         TrainConfig(module=MODULE, module_kwargs=kwargs)).parameters())
     print(f"MLP hidden={args.hidden}: {n_params} parameters; {os.cpu_count()} cores; "
-          f"torch {torch.__version__}; median of {args.steps} steps after {args.warmup} warm-up")
+          f"torch {torch.__version__}; device {args.device}; median of {args.steps} steps after "
+          f"{args.warmup} warm-up")
 
     cluster = local_cluster(n_workers=max(ranks), local_directory="runs/bench-dask")
     try:
@@ -164,7 +175,7 @@ def main(argv=None) -> int:
                 address = cluster.scheduler_address
                 dec = damptune_step_time(args, data, kwargs, "decentralized", p, batch, address)
                 cen = damptune_step_time(args, data, kwargs, "centralized", p, batch, address)
-                resize = tuple(change_cost(data, kwargs, mode, p, batch, address)
+                resize = tuple(change_cost(data, kwargs, mode, p, batch, address, args.device)
                                for mode in ("decentralized", "centralized"))
                 rows.append((label, p, batch, ddp, dec, cen, resize))
                 print(f"  measured {label} P={p} B={batch}", file=sys.stderr, flush=True)
