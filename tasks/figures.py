@@ -126,8 +126,11 @@ def time_vs_network(report: dict[str, Any]) -> Any:
     if report.get("answer"):
         handles.append(Line2D([], [], color="grey", marker="o", markerfacecolor="white",
                               label="mean over held-out seeds, 95 % CI"))
+    if any(r.get("replaced") for r in report.get("answer", [])):
+        handles.append(Line2D([], [], color="grey", marker="s", markerfacecolor="white",
+                              linestyle="", label="a runner-up (the best missed there)"))
     fig.suptitle("Simulated time to the target accuracy, per network size: the search's best "
-                 "trial (lines), its configuration on the held-out seeds (bars)"
+                 "trial (lines), the answer's configuration on the held-out seeds (bars)"
                  if report.get("answer") else
                  "Least simulated time to the target accuracy, per network size")
     return _finish(fig, handles)
@@ -140,10 +143,12 @@ def _held_out(ax: Any, report: dict[str, Any], model: str, algorithm: str, color
     other."""
     rows = sorted((r for r in report.get("answer", []) if r["model"] == model
                    and r["algorithm"] == algorithm), key=lambda r: r["network"])
-    if rows:
-        ax.errorbar([r["network"] * dodge for r in rows], [r["mean"] for r in rows],
-                    yerr=[r["ci"] or 0.0 for r in rows], fmt="o", color=color,
-                    markerfacecolor="white", capsize=4, linestyle="none", zorder=4)
+    for marker, part in (("o", [r for r in rows if not r.get("replaced")]),
+                         ("s", [r for r in rows if r.get("replaced")])):  # s: a runner-up
+        if part:
+            ax.errorbar([r["network"] * dodge for r in part], [r["mean"] for r in part],
+                        yerr=[r["ci"] or 0.0 for r in part], fmt=marker, color=color,
+                        markerfacecolor="white", capsize=4, linestyle="none", zorder=4)
 
 
 def _largest(report: dict[str, Any], model: str) -> int | None:

@@ -10,6 +10,8 @@ import optuna
 import pytest
 
 from flows.tune import grid_of, tune
+from tasks.figures import time_vs_network
+from tasks.report import build_report, grid_rows
 from tasks.validation import held_out_seeds
 from tests.flows.test_tune import mlflow_runs
 
@@ -156,6 +158,14 @@ def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp
     assert row["replaced"] == [{"validates": "n2/sgd/mlp#0", "n_seeds": 3, "reached_seeds": 0}]
     with open(f"{run_dir}/report/report.md") as f:
         assert "replaces n2/sgd/mlp#0: the target on 0 of 3 seeds" in f.read()
+    # the headline figure draws the runner-up's held-out mean as a square, not a circle
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    report = build_report(grid_rows(storage, grid_name="r"), run_dir=run_dir, storage=storage,
+                          grid_name="r")
+    held_out = [line for line in time_vs_network(report).axes[0].lines
+                if line.get_markerfacecolor() == "white"]  # the error bars' points
+    markers = {line.get_marker(): list(line.get_ydata()) for line in held_out}
+    assert markers == {"s": [pytest.approx(row["mean"])]}, markers
     client, runs = mlflow_runs(run_dir, "r")
     assert len([r for r in runs if r.data.tags.get("damptune.stage") == "validation"
                 and r.data.tags.get("damptune.kind") == "trial"]) == 6
