@@ -159,13 +159,12 @@ def log_runner_up(client: MlflowClient, grid: GridSettings, cell: Cell, source: 
     the validation cell ``cell``'s trial ``number`` (that configuration, trained to the
     target on a held-out seed) becomes the search cell's model (its parent run's tag), the one
     :func:`register_best` registers. Returns the model's id, or None (a warning)."""
-    runs = client.search_runs([exp_id], f"tags.`{tracking.CELL_TAG}` = '{source.key}' and "
-                                        "tags.`damptune.kind` = 'cell'", max_results=1)
-    if not runs:
+    parent = tracking.find_cell_run(client, exp_id, cell_key=source.key)
+    if parent is None:
         log.warning("%s: no MLflow run of the cell: its runner-up is not logged", source.key)
         return None
-    return log_best_of_cell(client, grid, cell, exp_id, runs[0].info.run_id,
-                            best_trial=number, checkpoint=checkpoint_path(grid, cell, number))
+    return log_best_of_cell(client, grid, cell, exp_id, parent, best_trial=number,
+                            checkpoint=checkpoint_path(grid, cell, number))
 
 
 def register_best(client: MlflowClient, settings: GridSettings,
@@ -189,8 +188,7 @@ def register_best(client: MlflowClient, settings: GridSettings,
             log.warning("%s: its best trial has no MLflow model, not registered", key)
             continue
         name = registered_name(settings.grid_name, row["model"], int(row["network"]))
-        out[name] = _version(client, name, model_id, grid=settings.grid_name, key=key,
-                             run_id=client.get_logged_model(model_id).source_run_id or "")
+        out[name] = _version(client, name, model_id, grid=settings.grid_name, key=key)
         client.set_registered_model_alias(name, ALIAS, out[name])
     return out
 
@@ -229,14 +227,15 @@ def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
         return log
 
 
-def _version(client: MlflowClient, name: str, model_id: str, *, grid: str, key: str,
-             run_id: str) -> str:
+def _version(client: MlflowClient, name: str, model_id: str, *, grid: str, key: str) -> str:
     """The version of ``name`` holding logged model ``model_id``, created if there is none
     (as ``mlflow.register_model("models:/<id>")`` does, with the model's tag
-    ``mlflow.modelVersions`` naming it, the version linked to the model and its run)."""
+    ``mlflow.modelVersions`` naming it, the version linked to the model and to the run that
+    logged it)."""
+    logged = client.get_logged_model(model_id)
     # the model's artifact location, not "models:/<id>": MLflow 3.17's SQLite registry looks
     # that up through its global tracking URI (a stray ./mlflow.db), not its own store
-    source = client.get_logged_model(model_id).artifact_location
+    source, run_id = logged.artifact_location, logged.source_run_id
     try:
         client.create_registered_model(name, tags={tracking.GRID_TAG: grid}, description=(
             f"The best of grid {grid}'s search at this (network, model); alias {ALIAS!r}."))

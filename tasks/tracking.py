@@ -30,6 +30,7 @@ __all__ = [
     "experiment_id",
     "parent_run",
     "child_run",
+    "find_cell_run",
     "find_trial_run",
     "MetricBuffer",
     "redact",
@@ -135,10 +136,15 @@ def _find(client: MlflowClient, exp_id: str, filter_string: str) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
+def find_cell_run(client: MlflowClient, exp_id: str, *, cell_key: str) -> str | None:
+    """The cell's parent run, or None before it is created."""
+    return _find(client, exp_id, f"tags.`{CELL_TAG}` = '{cell_key}' and "
+                                 f"tags.`damptune.kind` = 'cell'")
+
+
 def parent_run(client: MlflowClient, exp_id: str, *, cell_key: str, params: dict[str, Any]) -> str:
     """The cell's parent run: created once, found again on a rerun."""
-    found = _find(client, exp_id, f"tags.`{CELL_TAG}` = '{cell_key}' and "
-                                  f"tags.`damptune.kind` = 'cell'")
+    found = find_cell_run(client, exp_id, cell_key=cell_key)
     if found:
         return found
     run = client.create_run(exp_id, run_name=cell_key,
