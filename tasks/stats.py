@@ -21,14 +21,22 @@ from typing import Any
 
 from scipy.stats import t as student_t
 
-__all__ = ["CONFIDENCE", "mean_ci", "paired_ratio", "compare_pair", "seeds_to_resolve",
-           "answer_rows", "ANSWER_COLUMNS"]
+__all__ = ["CONFIDENCE", "mostly_reached", "mean_ci", "paired_ratio", "compare_pair",
+           "seeds_to_resolve", "answer_rows", "ANSWER_COLUMNS"]
 
 CONFIDENCE = 0.95
 
 
 def _t(n: int) -> float:
     return float(student_t.ppf(0.5 + CONFIDENCE / 2, n - 1))
+
+
+def mostly_reached(reached: list[bool], n_seeds: int) -> bool:
+    """Whether a configuration reached the target on most of its ``n_seeds`` held-out seeds
+    (``reached``: one per seed it reached or missed; a seed without a result counts as a
+    miss): the answer's ``reliable``, and the rule by which a validation cell retrains its
+    search's runner-up (:mod:`tasks.validation`)."""
+    return 2 * sum(reached) > n_seeds
 
 
 def mean_ci(values: list[float]) -> tuple[float, float | None]:
@@ -67,7 +75,8 @@ def compare_pair(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str,
         r["n_seeds"] = len(values)
         # reached the target on most seeds: a configuration that mostly misses it is ranked
         # after every one that does not, whatever its (penalized) time, as in the search
-        r["reliable"] = 2 * sum(bool(v) for v in r.get("reached", {}).values()) > len(values)
+        r["reliable"] = mostly_reached([bool(v) for v in r.get("reached", {}).values()],
+                                       len(values))
         low, mid, high = (paired_ratio(base["values"], r["values"]) if base
                           else (None, None, None))
         r["speedup"], r["speedup_low"], r["speedup_high"] = mid, low, high

@@ -39,6 +39,7 @@ import optuna
 from tasks.grid import Cell, GridSettings
 from tasks.leases import Leases
 from tasks.search import best_trial, reached_target, storage_for, study_name
+from tasks.stats import mostly_reached
 
 __all__ = ["TRAIN_SEED", "VALIDATES", "MATCHED", "MATCHED_SUFFIX", "CANDIDATES",
            "held_out_seeds", "matched_cells", "seed_validation", "extend_validation",
@@ -205,9 +206,9 @@ def extend_validation(study: optuna.Study, grid: GridSettings, *, leases: Leases
 
 def _mostly_reached(trials: list[optuna.trial.FrozenTrial]) -> bool:
     """Whether these finished validation trials reached the target on most of their seeds
-    (the answer's ``reliable``, :func:`tasks.stats.compare_pair`)."""
-    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-    return 2 * sum(reached_target(t) for t in done) > len(trials)
+    (:func:`tasks.stats.mostly_reached`: a trial that did not complete missed)."""
+    return mostly_reached([t.state == optuna.trial.TrialState.COMPLETE and reached_target(t)
+                           for t in trials], len(trials))
 
 
 def _runner_up(trials: list[optuna.trial.FrozenTrial], tried: list[str],
@@ -294,6 +295,8 @@ def runner_up_answer(study: optuna.Study) -> int | None:
     half-way). None when the search's best answers, or nothing was retrained yet."""
     groups = _groups(study)
     answer = _answer_index(groups)
-    reached = [t for t in groups[answer] if answer and t.state == optuna.trial.TrialState.COMPLETE
+    if answer == 0:  # the search's best answers (or nothing was retrained)
+        return None
+    reached = [t for t in groups[answer] if t.state == optuna.trial.TrialState.COMPLETE
                and t.value is not None and reached_target(t)]
     return min(reached, key=lambda t: (t.value, t.number)).number if reached else None
