@@ -6,9 +6,9 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux1_x86_64 -d .whl \
 #     dask==2026.8.0 distributed==2026.8.0 tornado==6.6.1 tblib==3.2.2 zict==3.0.0 \
-#     locket==1.0.0 partd==1.4.2 cloudpickle==3.1.3 toolz==1.2.0 mnist1d==0.0.2.post1 Prefect, Optuna and MLflow are not carried,
-# so the grid items of the list are not run here. Each step prints its result; none stops
-# the others.
+#     locket==1.0.0 partd==1.4.2 cloudpickle==3.1.3 toolz==1.2.0 mnist1d==0.0.2.post1
+# The grid items of the list are bench/gpu_grid.sh (it needs Prefect, Optuna and MLflow too).
+# Each step prints its result; none stops the others.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
