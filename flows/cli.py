@@ -27,13 +27,18 @@ def _csv(kind: type) -> Any:
     return parse
 
 
-def _target(text: str) -> float | dict[str, float]:
-    try:
-        if "=" not in text:
-            return float(text)
-        return {k.strip(): float(v) for k, v in (p.split("=") for p in text.split(","))}
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected 0.6 or mlp=0.6,cnn=0.85: {exc}") from exc
+def _per_model(kind: type) -> Any:
+    """The parser of one ``kind`` for every model (0.6) or one per model (mlp=0.6,cnn=0.85)."""
+    example = "8 or mlp=16,cnn=8" if kind is int else "0.6 or mlp=0.6,cnn=0.85"
+
+    def parse(text: str) -> Any:
+        try:
+            if "=" not in text:
+                return kind(text)
+            return {k.strip(): kind(v) for k, v in (p.split("=") for p in text.split(","))}
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected {example}: {exc}") from exc
+    return parse
 
 
 # flags that `damptune tune` took before its options were generated from the flow's
@@ -50,7 +55,8 @@ def _option_type(annotation: Any) -> Any:
     if typing.get_origin(kind) is list:
         return _csv(typing.get_args(kind)[0])
     if typing.get_origin(kind) in (typing.Union, types.UnionType):  # {model: x} | x
-        return _target
+        scalar = [a for a in typing.get_args(kind) if typing.get_origin(a) is not dict]
+        return _per_model(base_type(scalar[0]))
     return kind
 
 
@@ -156,7 +162,8 @@ def _tune(args: argparse.Namespace) -> int:
     if not getattr(args, "no_progress", False):
         threading.Thread(target=_progress, daemon=True,
                          args=(settings.storage, settings.grid_name,
-                               len(cells) * (settings.trials + settings.validation_seeds),
+                               sum(settings.trials_for(c.model) + settings.validation_seeds
+                                   for c in cells),
                                stop)).start()
     try:
         rows = tune(**{**given, "run_dir": settings.run_dir, "storage": settings.storage,

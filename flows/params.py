@@ -30,7 +30,7 @@ from tasks.choices import GRID_DEVICES, GRID_MODES, PRUNERS, SAMPLERS
 
 __all__ = ["Schema", "PositiveInt", "NonNegativeInt", "Seed", "PositiveFloat",
            "NonNegativeFloat", "Accuracy", "SeedCount", "GridName", "Mode", "Device", "Sampler",
-           "Pruner", "Epochs", "Target", "Ms"]
+           "Pruner", "Trials", "Epochs", "Target", "Ms"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ Sampler = Annotated[str, Schema.of(enum=list(SAMPLERS))]
 Pruner = Annotated[str, Schema.of(enum=list(PRUNERS))]
 # one value for every model, or one per model ({"mlp": 12, "cnn": 10}); the dict first, as
 # the defaults are: Prefect's run form opens a union on its first type
+Trials = dict[str, PositiveInt] | PositiveInt
 Epochs = dict[str, PositiveFloat] | PositiveFloat
 Target = dict[str, Accuracy] | Accuracy
 Ms = NonNegativeFloat | None  # simulated milliseconds; None: the network profile's

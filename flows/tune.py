@@ -38,6 +38,7 @@ from flows.params import (
     Seed,
     SeedCount,
     Target,
+    Trials,
 )
 from tasks import tracking
 from tasks.cell import run_cell
@@ -47,6 +48,7 @@ from tasks.grid import (
     ALGORITHMS,
     DEFAULT_EPOCHS,
     DEFAULT_TARGETS,
+    DEFAULT_TRIALS,
     MODEL_NAMES,
     Cell,
     GridSettings,
@@ -82,7 +84,7 @@ def resolve_locations(settings: GridSettings) -> None:
 @flow(name="tune", log_prints=True)
 def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = list(ALGORITHMS),
     models: list[str] = list(MODEL_NAMES), dataset: str = "mnist1d", data_root: str | None = None,
-    device: Device = "cpu", trials: PositiveInt = 8, epochs: Epochs = DEFAULT_EPOCHS,
+    device: Device = "cpu", trials: Trials = DEFAULT_TRIALS, epochs: Epochs = DEFAULT_EPOCHS,
     target_accuracy: Target = DEFAULT_TARGETS, profile: str = "ddp-100g",
     mode: Mode = "centralized", per_worker_batch: PositiveInt = 32, seed: Seed = 0,
     data_seed: Seed = 0, sampler: Sampler = "auto", pruner: Pruner = "bound",
@@ -105,7 +107,7 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = li
         dataset: mnist1d, digits, synthetic, or cifar10 (read from data_root, never downloaded).
         data_root: directory of the CIFAR-10 python batches, for dataset cifar10 (else unused).
         device: where ranks train: cpu, cuda (a GPU per rank) or auto (CUDA if workers have it).
-        trials: Optuna trials per cell, in all (>= 1): a rerun tops up to it, never beyond.
+        trials: Optuna trials per search cell, in all (>= 1): one, or {model: trials}.
         epochs: training budget of a trial, in epochs (> 0): one number, or {model: epochs}.
         target_accuracy: test accuracy in (0, 1] that stops the clock: one, or {model: accuracy}.
         profile: simulated network: ddp-100g, decentralized-moderate, decentralized-high,
@@ -309,7 +311,7 @@ def _prepare(settings: GridSettings, *, n_cells: int) -> None:
     logger = get_run_logger()
     interrupt.clear()
     interrupt.install_sigterm_handler()  # a SIGTERM checkpoints the trials, then stops
-    logger.info("grid %s: %d cells x %d trials; run dir %s; optuna %s; mlflow %s",
+    logger.info("grid %s: %d cells x %s trials; run dir %s; optuna %s; mlflow %s",
                 settings.grid_name, n_cells, settings.trials, settings.run_dir,
                 tracking.redact(settings.storage), tracking.redact(settings.tracking_uri))
     check_run_dir(settings.run_dir, settings.grid_name)  # another grid's run dir: refused

@@ -7,7 +7,6 @@ ask, tell, leases and resume belong to :class:`~tasks.driver.StudyDriver`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import Any
@@ -80,10 +79,9 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
     study = _open_study(grid, c, seed_cells or [], session)
     exp_id, parent = tracking.with_retries(lambda: tracking.open_cell_run(
         session.tracking, grid, c, study_name(grid, c)), what="opening the cell's run")
-    total = grid.trials if c.stage == "search" else validation_total(study)
-    driver = StudyDriver(study, dataclasses.replace(grid, trials=total), leases=session.leases,
-                         owner=session.key, space=distributions(grid, c),
-                         batch=max_concurrent_trials)
+    total = grid.trials_for(c.model) if c.stage == "search" else validation_total(study)
+    driver = StudyDriver(study, grid, leases=session.leases, owner=session.key,
+                         space=distributions(grid, c), batch=max_concurrent_trials, total=total)
     submit = {"settings": settings, "cell_key": c.key, "cell": cell, "session_key": session.key,
               "experiment_id": exp_id, "parent_run_id": parent}
     retries = Retries(c.key, attempts=grid.trial_attempts, backoff=grid.retry_backoff)
@@ -132,9 +130,9 @@ def _retrain_runner_up(driver: StudyDriver, grid: GridSettings, session: Session
     trials were added."""
     total = with_storage_retries(lambda: extend_validation(
         driver.study, grid, leases=session.leases, owner=session.key))
-    if total <= driver.settings.trials:
+    if total <= driver.total:
         return False
-    driver.settings = dataclasses.replace(driver.settings, trials=total)
+    driver.total = total
     return True
 
 

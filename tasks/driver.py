@@ -74,9 +74,11 @@ class StudyDriver:
     """One cell's study as seen by one run (``owner``) that trains ``batch`` trials at once."""
 
     def __init__(self, study: optuna.Study, settings: GridSettings, *, leases: Leases,
-                 owner: str, space: dict[str, BaseDistribution], batch: int) -> None:
+                 owner: str, space: dict[str, BaseDistribution], batch: int,
+                 total: int) -> None:
         self.study, self.settings, self.leases = study, settings, leases
         self.owner, self.space, self.batch = owner, space, batch
+        self.total = total  # the cell's trials, in all
         # trials an earlier run left RUNNING (killed, or interrupted): no new trial is asked
         # before they finish, so that every trial's pruning bound (the best of the trials
         # before it) is the clean run's; one whose dead run's lease has yet to expire is waited
@@ -183,7 +185,7 @@ class StudyDriver:
         trials = self.study.get_trials(deepcopy=False)  # one read: finished and running agree
         running = [t for t in trials if t.state == State.RUNNING]
         finished = sum(t.state in FINISHED for t in trials)
-        remaining = self.settings.trials - finished - len(running)
+        remaining = self.total - finished - len(running)
         if remaining <= 0 or any(t.number in self.inherited for t in running):
             return None
         tickets: list[Ticket] = []

@@ -199,19 +199,21 @@ def build_report(rows: list[dict[str, Any]], *, run_dir: str, checkpoint_root: s
 
 
 def _budget(ranking: list[dict[str, Any]]) -> str:
-    """The search budget each algorithm had: its cells and their finished trials."""
-    searched: dict[str, list[int]] = {}
+    """The search budget each algorithm had, per model: its cells and their finished trials
+    (every algorithm of a model gets the same; ``trials`` may differ between models)."""
+    searched: dict[tuple[str, str], list[int]] = {}
     for r in ranking:
         if not r.get("shared_from"):
-            searched.setdefault(r["algorithm"], []).append(
+            searched.setdefault((r["model"], r["algorithm"]), []).append(
                 int(r["n_complete"]) + int(r["n_pruned"]) + int(r["n_failed"]))
-    lines = ["| algorithm | cells searched | finished trials per cell (min–max) |",
-             "|---|---|---|"]
-    lines += [f"| {a} | {len(n)} | {min(n)}–{max(n)} |" for a, n in sorted(searched.items())]
+    lines = ["| model | algorithm | cells searched | finished trials per cell (min–max) |",
+             "|---|---|---|---|"]
+    lines += [f"| {m} | {a} | {len(n)} | {min(n)}–{max(n)} |"
+              for (m, a), n in sorted(searched.items())]
     shared = sorted({r["algorithm"] for r in ranking if r.get("shared_from")})
     note = (f"\n{', '.join(shared)} never grow the batch: searched once per model, at the "
             "smallest network, and shown at every size (`shared_from`).\n" if shared else "")
-    return "Search budget per algorithm:\n\n" + "\n".join(lines) + "\n" + note + "\n"
+    return "Search budget per model and algorithm:\n\n" + "\n".join(lines) + "\n" + note + "\n"
 
 
 def _headroom_section(report: dict[str, Any]) -> str:

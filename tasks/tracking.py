@@ -363,7 +363,7 @@ def open_cell_run(client: MlflowClient, grid: GridSettings, cell: Cell,
         "network": cell.network, "algorithm": cell.algorithm, "model": cell.model,
         "dataset": grid.dataset, "data_seed": grid.data_seed,
         "target_accuracy": grid.target_for(cell.model), "profile": grid.profile,
-        "mode": grid.mode, "trials": grid.trials,
+        "mode": grid.mode, "trials": grid.trials_for(cell.model),
         "epochs": grid.epochs_for(cell.model), "seed": grid.seed, "sampler": grid.sampler,
         "pruner": grid.pruner, "study": study,
     })

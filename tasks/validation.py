@@ -96,7 +96,8 @@ def validation_settings(settings: dict[str, Any], *, source: Cell) -> dict[str, 
     the budget (no bound: every seed's time is measured), no warm start; the search's trial
     total is kept (``extra["search_trials"]``): only a finished search is validated; and
     the search cell whose best it retrains (``extra["source"]``, :func:`source_cell`)."""
-    extra = {**settings.get("extra", {}), "search_trials": settings["trials"],
+    search_trials = GridSettings(**settings).trials_for(source.model)
+    extra = {**settings.get("extra", {}), "search_trials": search_trials,
              "source": dataclasses.asdict(source)}
     return {**settings, "trials": settings["validation_seeds"], "pruner": "none",
             "warm_start": False, "extra": extra}

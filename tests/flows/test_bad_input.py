@@ -22,6 +22,8 @@ GOOD = dict(networks=[2], algorithms=["geodamp"], models=["mlp"], trials=1, epoc
 ROWS = [
     ("epochs", 0, "positive number of epochs"),
     ("epochs", {"cnn": 3.0}, "missing ['mlp']"),
+    ("trials", {"mlp": 0}, "positive integer (trials per cell)"),
+    ("trials", {"cnn": 8}, "missing ['mlp']"),
     ("pruner", "nope", "hyperband"),
     ("per_worker_batch", 0, "positive integer"),
     ("eval_resolution", -0.1, "fraction >= 0"),

@@ -59,15 +59,17 @@ def test_cli_tune_from_a_directory_runs_the_grid_there(tmp_path, monkeypatch):
     monkeypatch.setattr(interrupt, "install_sigterm_handler", lambda **_: True)
     monkeypatch.chdir(tmp_path)
     assert main(["tune", "--networks", "2", "--algorithms", "geodamp", "--models", "mlp",
-                 "--trials", "1", "--grid-name", "tiny", "--no-progress", "--target", "0.3",
+                 "--trials", "mlp=1", "--grid-name", "tiny", "--no-progress", "--target", "0.3",
                  "--epochs", "mlp=2", "--concurrent-cells", "1", "--no-warm-start",
                  "--per-worker-batch", "16"]) == 0
     assert calls[0]["run_dir"] == str(tmp_path / "runs" / "tiny")
     # generated options reach the flow's parameters of their names, older flags too
-    assert {k: calls[0][k] for k in ("networks", "target_accuracy", "epochs",
+    assert {k: calls[0][k] for k in ("networks", "target_accuracy", "epochs", "trials",
                                      "max_concurrent_cells", "warm_start", "per_worker_batch")
             } == {"networks": [2], "target_accuracy": 0.3, "epochs": {"mlp": 2.0},
-                  "max_concurrent_cells": 1, "warm_start": False, "per_worker_batch": 16}
+                  "trials": {"mlp": 1}, "max_concurrent_cells": 1, "warm_start": False,
+                  "per_worker_batch": 16}
+    assert type(calls[0]["trials"]["mlp"]) is int  # a per-model count parses as an integer
     assert calls[0]["storage"] == f"sqlite:///{tmp_path}/runs/tiny/optuna.db"
 
 
@@ -107,7 +109,7 @@ def test_cli_tune_has_an_option_per_flow_parameter_with_its_schema_description()
     assert helps["--target"] == helps["--target-accuracy"]  # the older flags still work
     assert helps["--concurrent-cells"] == helps["--max-concurrent-cells"]
     types = {p.name: base_type(p.annotation) for p in flow_params()}
-    assert types["trials"] is int and types["networks"] == list[int]
+    assert types["trials"] == dict[str, int] | int and types["networks"] == list[int]
     assert types["sampler_seed"] is int and types["epochs"] == dict[str, float] | float
 
 
@@ -116,7 +118,7 @@ def test_cli_tune_help_prints_the_flow_defaults_once():
     has (the flow's signature), written as the option takes it, and never twice."""
     helps, flow = _tune_help(), flow_defaults()
     expected = {
-        "--trials": str(flow["trials"]),
+        "--trials": ",".join(f"{m}={n}" for m, n in flow["trials"].items()),
         "--networks": ",".join(str(n) for n in flow["networks"]),
         "--models": ",".join(flow["models"]),
         "--epochs": ",".join(f"{m}={e:g}" for m, e in flow["epochs"].items()),

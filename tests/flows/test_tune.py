@@ -96,6 +96,27 @@ def test_tune_without_deadlock_under_tight_thread_limits(tmp_path, scheduler, mo
     assert len(rows) == 4 and all(r["n_complete"] == 2 for r in rows)
 
 
+def test_trials_per_model_give_each_models_cells_their_own_search_budget(tmp_path):
+    """``trials={"mlp": 3, "cnn": 1}``: every MLP search cell asks 3 trials, every CNN one 1;
+    each validation cell waits for its own search's total, then retrains its best on the
+    held-out seeds; the cells' MLflow runs record their model's total."""
+    run_dir = str(tmp_path / "pm")
+    tune(trials={"mlp": 3, "cnn": 1}, networks=[2], algorithms=["geodamp"],
+         models=["mlp", "cnn"], epochs=2, target_accuracy=0.3, pruner="none",
+         validation_seeds=2, grid_name="pm", run_dir=run_dir, cluster="local", mode="local")
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    finished = {s.study_name: sum(t.state.is_finished() for t in optuna.load_study(
+        study_name=s.study_name, storage=storage).trials)
+        for s in optuna.get_all_study_summaries(storage)}
+    assert finished == {"pm/n2/geodamp/mlp": 3, "pm/n2/geodamp/cnn": 1,
+                        "pm/n2/geodamp/mlp/validation": 2, "pm/n2/geodamp/cnn/validation": 2}
+    _, runs = mlflow_runs(run_dir, "pm")
+    cells = {r.data.tags["damptune.cell"]: r.data.params["trials"] for r in runs
+             if r.data.tags.get("damptune.kind") == "cell"}
+    assert cells == {"n2/geodamp/mlp": "3", "n2/geodamp/cnn": "1",
+                     "n2/geodamp/mlp/validation": "2", "n2/geodamp/cnn/validation": "2"}
+
+
 def test_tune_on_existing_scheduler_address(tmp_path, external_scheduler):
     rows = tune(trials=1, grid_name="addr", run_dir=str(tmp_path / "a"),
                 cluster=external_scheduler, mode="decentralized", **TINY)

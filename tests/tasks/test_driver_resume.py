@@ -23,7 +23,7 @@ def _driver(tmp_path, owner):
     settings = GridSettings(run_dir=str(tmp_path), storage=url, trials=6, startup_trials=2)
     study = open_study(settings, CELL, n_train=4000)
     return StudyDriver(study, settings, leases=Leases(url), owner=owner,
-                       space=distributions(settings, CELL), batch=1)
+                       space=distributions(settings, CELL), batch=1, total=6)
 
 
 def _finish_first_trials(driver):

@@ -25,7 +25,7 @@ def driver(tmp_path):
     settings = GridSettings(run_dir=str(tmp_path), storage=url, trials=6, startup_trials=2)
     study = open_study(settings, CELL, n_train=4000)
     return StudyDriver(study, settings, leases=Leases(url), owner="run-a",
-                       space=distributions(settings, CELL), batch=1)
+                       space=distributions(settings, CELL), batch=1, total=6)
 
 
 def record(driver, *, value, shortfall):
