@@ -129,6 +129,9 @@ def time_vs_network(report: dict[str, Any]) -> Any:
     if any(r.get("replaced") for r in report.get("answer", [])):
         handles.append(Line2D([], [], color="grey", marker="s", markerfacecolor="white",
                               linestyle="", label="a runner-up (the best missed there)"))
+    if any(r.get("reliable") is False for r in report.get("answer", [])):
+        handles.append(Line2D([], [], color="grey", marker="x", linestyle="",
+                              label="missed the target on most held-out seeds"))
     fig.suptitle("Simulated time to the target accuracy, per network size: the search's best "
                  "trial (lines), the answer's configuration on the held-out seeds (bars)"
                  if report.get("answer") else
@@ -140,11 +143,14 @@ def _held_out(ax: Any, report: dict[str, Any], model: str, algorithm: str, color
               dodge: float = 1.0) -> None:
     """The cell's mean over the held-out seeds with its 95 % interval, as an error bar, moved
     right or left by the factor ``dodge`` so that the algorithms' bars do not hide each
-    other."""
+    other. A circle for the search's best, a square for a runner-up, an x for a configuration
+    that missed the target on most seeds (its mean is no time to the target)."""
     rows = sorted((r for r in report.get("answer", []) if r["model"] == model
                    and r["algorithm"] == algorithm), key=lambda r: r["network"])
-    for marker, part in (("o", [r for r in rows if not r.get("replaced")]),
-                         ("s", [r for r in rows if r.get("replaced")])):  # s: a runner-up
+    answers = [r for r in rows if r.get("reliable") is not False]
+    for marker, part in (("o", [r for r in answers if not r.get("replaced")]),
+                         ("s", [r for r in answers if r.get("replaced")]),
+                         ("x", [r for r in rows if r.get("reliable") is False])):
         if part:
             ax.errorbar([r["network"] * dodge for r in part], [r["mean"] for r in part],
                         yerr=[r["ci"] or 0.0 for r in part], fmt=marker, color=color,
