@@ -107,7 +107,7 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = li
         dataset: mnist1d, digits, synthetic, or cifar10 (read from data_root, never downloaded).
         data_root: directory of the CIFAR-10 python batches, for dataset cifar10 (else unused).
         device: where ranks train: cpu, cuda (a GPU per rank) or auto (CUDA if workers have it).
-        trials: Optuna trials per search cell, in all (>= 1): one, or {model: trials}.
+        trials: Optuna trials per search cell, in all (>= 1): one, or {model: trials} (else 8).
         epochs: training budget of a trial, in epochs (> 0): one number, or {model: epochs}.
         target_accuracy: test accuracy in (0, 1] that stops the clock: one, or {model: accuracy}.
         profile: simulated network: ddp-100g, decentralized-moderate, decentralized-high,

@@ -37,8 +37,10 @@ DEFAULT_EPOCHS = {"mlp": 12.0, "cnn": 10.0, "wrn16_4": 30.0}
 # seeds 0 and 1 ordered adadamp and padadamp the opposite ways (6 contradictions on the MLP's
 # 4 pairs); with 16, none, and each run's best is tied-best in the other at every size
 # (`python bench/answer_stability.py --models mlp --trials 8` / `--trials 16`, README "The
-# default grid"). An MLP trial costs a third of a CNN one.
+# default grid"). An MLP trial costs a third of a CNN one. A model a dict does not name (one
+# added to the registry, say) gets OTHER_TRIALS.
 DEFAULT_TRIALS = {"mlp": 16, "cnn": 8, "wrn16_4": 8}
+OTHER_TRIALS = 8
 
 
 @dataclass(frozen=True)
@@ -134,9 +136,10 @@ class GridSettings:
         return min(network, self.workers_per_trial) if self.workers_per_trial else network
 
     def trials_for(self, model: str) -> int:
-        """Trials of a search cell of ``model``, in all."""
+        """Trials of a search cell of ``model``, in all (``OTHER_TRIALS`` for a model that a
+        per-model ``trials`` does not name)."""
         if isinstance(self.trials, dict):
-            return int(self.trials[model])
+            return int(self.trials.get(model, OTHER_TRIALS))
         return int(self.trials)
 
     def epochs_for(self, model: str) -> float:
@@ -171,8 +174,7 @@ def cells_of(
         raise ConfigError("system_metrics", settings.system_metrics, "true or false")
     _per_model("target_accuracy", settings.target_accuracy, models,
                lambda name, v: number_in(name, v, 0, 1, "an accuracy in (0, 1]"))
-    _per_model("trials", settings.trials, models,
-               lambda name, v: positive_int(name, v, "a positive integer (trials per cell)"))
+    _check_trials(settings.trials)
     _per_model("epochs", settings.epochs, models,
                lambda name, v: positive_float(name, v, "a positive number of epochs"))
     positive_float("lr", settings.lr, "a positive learning rate")
@@ -262,6 +264,21 @@ def _check_data(dataset: str, data_root: str) -> None:
         check_dataset(dataset, root=data_root)
     except ValueError as exc:
         raise ConfigError("data_root", data_root, accepted, str(exc)) from None
+
+
+def _check_trials(trials: Any) -> None:
+    """One count for every model, or {model: count} naming registered models (a model it
+    does not name gets ``OTHER_TRIALS``)."""
+    expected = "a positive integer (trials per cell)"
+    if not isinstance(trials, dict):
+        positive_int("trials", trials, expected)
+        return
+    unknown = sorted(str(m) for m in trials if m not in MODELS)
+    if unknown:
+        raise ConfigError("trials", trials, f"{{model: count}} for models among "
+                          f"{sorted(MODELS)} (unknown {unknown})")
+    for v in trials.values():
+        positive_int("trials", v, expected)
 
 
 def _per_model(name: str, value: Any, models: list[str],

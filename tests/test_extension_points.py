@@ -43,6 +43,7 @@ def test_a_model_added_in_the_registry_trains_in_a_grid_trial(monkeypatch):
     monkeypatch.setitem(MODELS, "tiny", TinyNet)
     settings = GridSettings(epochs=1, target_accuracy=0.5, per_worker_batch=32)
     (cell,) = cells_of(networks=[1], algorithms=["geodamp"], models=["tiny"], settings=settings)
+    assert settings.trials_for("tiny") == 8  # the default trials name mlp, cnn, wrn16_4 only
     ds = load_dataset("synthetic", seed=0)
     config = tasks.trial.trial_config(settings, cell, {"factor": 2.0, "delay": 1}, ds)
     config.mode = "local"

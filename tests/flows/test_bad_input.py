@@ -23,7 +23,7 @@ ROWS = [
     ("epochs", 0, "positive number of epochs"),
     ("epochs", {"cnn": 3.0}, "missing ['mlp']"),
     ("trials", {"mlp": 0}, "positive integer (trials per cell)"),
-    ("trials", {"cnn": 8}, "missing ['mlp']"),
+    ("trials", {"mpl": 16}, "unknown ['mpl']"),
     ("pruner", "nope", "hyperband"),
     ("per_worker_batch", 0, "positive integer"),
     ("eval_resolution", -0.1, "fraction >= 0"),
