@@ -230,7 +230,7 @@ def _cell_parameters(settings: GridSettings, cell: Cell, cells: list[Cell], sess
     search = cell.stage == "search"
     seeds = neighbours(cell, cells) if settings.warm_start and search else []
     return {"settings": settings.to_dict() if search else validation_settings(
-                settings.to_dict(), source=source_cell(cell, cells)),
+                settings, source=source_cell(cell, cells)),
             "cell_key": cell.key, "cell": _as_dict(cell),
             "session_key": session_key, "max_concurrent_trials": max_concurrent_trials,
             "seed_cells": [_as_dict(c) for c in seeds]}

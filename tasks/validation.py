@@ -95,15 +95,16 @@ def held_out_seeds(settings: GridSettings) -> list[int]:
     return seeds
 
 
-def validation_settings(settings: dict[str, Any], *, source: Cell) -> dict[str, Any]:
-    """A validation cell's settings: one trial per held-out seed, trained to the target or
-    the budget (no bound: every seed's time is measured), no warm start; the search's trial
-    total is kept (``extra["search_trials"]``): only a finished search is validated; and
-    the search cell whose best it retrains (``extra["source"]``, :func:`source_cell`)."""
-    search_trials = GridSettings(**settings).trials_for(source.model)
-    extra = {**settings.get("extra", {}), "search_trials": search_trials,
+def validation_settings(grid: GridSettings, *, source: Cell) -> dict[str, Any]:
+    """A validation cell's settings (as a dict, like a search cell's ``grid.to_dict()``):
+    one trial per held-out seed, trained to the target or the budget (no bound: every seed's
+    time is measured), no warm start; the search's trial total is kept
+    (``extra["search_trials"]``): only a finished search is validated; and the search cell
+    whose best it retrains (``extra["source"]``, :func:`source_cell`)."""
+    settings = grid.to_dict()
+    extra = {**settings.get("extra", {}), "search_trials": grid.trials_for(source.model),
              "source": dataclasses.asdict(source)}
-    return {**settings, "trials": settings["validation_seeds"], "pruner": "none",
+    return {**settings, "trials": grid.validation_seeds, "pruner": "none",
             "warm_start": False, "extra": extra}
 
 
