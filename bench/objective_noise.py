@@ -129,8 +129,9 @@ def trial_run_config(settings: Any, name: str, ds: Any, calibration: dict[str, A
     from tasks.trial import trial_config
 
     model, algorithm, params = CONFIGS[name]
-    config = trial_config(settings, Cell(NETWORK, algorithm, model), dict(params), ds,
-                          bound=None)
+    # a held-out seed's trial: it stops at the target itself (a search's adds search_margin)
+    config = trial_config(settings, Cell(NETWORK, algorithm, model, stage="validation"),
+                          dict(params), ds, bound=None)
     config = with_calibration(config, calibration)
     if not to_budget:
         return config

@@ -29,8 +29,8 @@ from typing import Annotated, Any
 from tasks.choices import GRID_DEVICES, GRID_MODES, PRUNERS, SAMPLERS
 
 __all__ = ["Schema", "PositiveInt", "NonNegativeInt", "Seed", "PositiveFloat",
-           "NonNegativeFloat", "Accuracy", "SeedCount", "GridName", "Mode", "Device", "Sampler",
-           "Pruner", "Trials", "Epochs", "Target", "Ms"]
+           "NonNegativeFloat", "Accuracy", "Margin", "SeedCount", "GridName", "Mode", "Device",
+           "Sampler", "Pruner", "Trials", "Epochs", "Target", "Ms"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ SeedCount = Annotated[int, Schema.of(minimum=0, maximum=100)]  # held-out seeds 
 PositiveFloat = Annotated[float, Schema.of(exclusiveMinimum=0)]
 NonNegativeFloat = Annotated[float, Schema.of(minimum=0)]
 Accuracy = Annotated[float, Schema.of(exclusiveMinimum=0, maximum=1)]
+Margin = Annotated[float, Schema.of(minimum=0, exclusiveMaximum=1)]  # accuracy above a target
 # a prefix of its studies' names
 GridName = Annotated[str, Schema.of(minLength=1, pattern="^[^/]+$")]
 Mode = Annotated[str, Schema.of(enum=list(GRID_MODES))]

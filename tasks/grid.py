@@ -40,6 +40,8 @@ DEFAULT_EPOCHS = {"mlp": 12.0, "cnn": 10.0, "wrn16_4": 30.0}
 # default grid"). An MLP trial costs a third of a CNN one. A model a dict does not name (one
 # added to the registry, say) gets OTHER_TRIALS.
 DEFAULT_TRIALS = {"mlp": 16, "cnn": 8, "wrn16_4": 8}
+# accuracy above the target a search trial must reach (README, "Why a search margin")
+DEFAULT_SEARCH_MARGIN = 0.01
 OTHER_TRIALS = 8
 
 
@@ -82,6 +84,10 @@ class GridSettings:
     # test accuracy at which the objective's clock stops: one for all models, or per model
     target_accuracy: float | dict[str, float] = field(
         default_factory=lambda: dict(DEFAULT_TARGETS))
+    # accuracy a search trial must reach above its model's target (its clock stops there); the
+    # held-out seeds time the target itself (tasks.validation). A configuration that touches
+    # the target only on a lucky seed does not win the search (README, "The default grid")
+    search_margin: float = DEFAULT_SEARCH_MARGIN
     profile: str = DEFAULT_PROFILE
     mode: str = "centralized"
     per_worker_batch: int = 32  # examples per rank; the cap is network × per_worker_batch
@@ -152,6 +158,19 @@ class GridSettings:
             return float(self.target_accuracy[model])
         return float(self.target_accuracy)
 
+    def target_of(self, cell: Cell) -> float:
+        """The accuracy that stops a trial of ``cell``: its model's target, plus
+        ``search_margin`` in a search cell (at most 1)."""
+        target = self.target_for(cell.model)
+        return min(1.0, target + self.search_margin) if cell.stage == "search" else target
+
+
+def _check_margin(margin: Any) -> None:
+    """``search_margin``: an accuracy from 0 to below 1 (a search's target is at most 1)."""
+    accepted = "an accuracy margin in [0, 1) (a search trial's target: at most 1)"
+    if non_negative_float("search_margin", margin, accepted) >= 1:
+        raise ConfigError("search_margin", margin, accepted)
+
 
 def cells_of(
     *, networks: list[int], algorithms: list[str], models: list[str], settings: GridSettings
@@ -175,6 +194,7 @@ def cells_of(
     _per_model("target_accuracy", settings.target_accuracy, models,
                lambda name, v: number_in(name, v, 0, 1, "an accuracy in (0, 1]"))
     _check_trials(settings.trials)
+    _check_margin(settings.search_margin)
     _per_model("epochs", settings.epochs, models,
                lambda name, v: positive_float(name, v, "a positive number of epochs"))
     positive_float("lr", settings.lr, "a positive learning rate")

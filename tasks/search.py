@@ -177,7 +177,7 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
                        "algorithm": cell.algorithm, "model": cell.model,
                        "stage": cell.stage, "dataset": settings.dataset,
                        "data_seed": settings.data_seed, "profile": settings.profile,
-                       "target_accuracy": settings.target_for(cell.model)}.items():
+                       "target_accuracy": settings.target_of(cell)}.items():
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
     return study

@@ -362,7 +362,7 @@ def open_cell_run(client: MlflowClient, grid: GridSettings, cell: Cell,
     parent = parent_run(client, exp_id, cell_key=cell.key, params={
         "network": cell.network, "algorithm": cell.algorithm, "model": cell.model,
         "dataset": grid.dataset, "data_seed": grid.data_seed,
-        "target_accuracy": grid.target_for(cell.model), "profile": grid.profile,
+        "target_accuracy": grid.target_of(cell), "profile": grid.profile,
         "mode": grid.mode, "trials": grid.trials_for(cell.model),
         "epochs": grid.epochs_for(cell.model), "seed": grid.seed, "sampler": grid.sampler,
         "pruner": grid.pruner, "study": study,

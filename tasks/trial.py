@@ -63,7 +63,7 @@ def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
         max_epochs=settings.epochs_for(cell.model), eval_every=settings.eval_every,
         seed=settings.seed if seed is None else seed,
         eval_resolution=settings.eval_resolution, eval_dense_margin=settings.eval_dense_margin,
-        target_accuracy=settings.target_for(cell.model), max_time_sim=bound,
+        target_accuracy=settings.target_of(cell), max_time_sim=bound,
         mode=settings.mode, device=settings.device, profile=settings.profile,
         overhead=_ms(settings.overhead_ms), overhead_per_rank=_ms(settings.overhead_per_rank_ms),
         checkpoint_every=settings.checkpoint_every or None,
@@ -123,7 +123,7 @@ def _trial_logger(grid: GridSettings, c: Cell, session: Session) -> MlflowTrialL
     (the plots cost ~0.25 s of the flow's CPU per trial)."""
     plots = session.plots if c.stage == "search" else None
     return MlflowTrialLogger(session.tracking, plots, metrics_every=grid.metrics_every,
-                             target=grid.target_for(c.model), system_metrics=grid.system_metrics)
+                             target=grid.target_of(c), system_metrics=grid.system_metrics)
 
 
 def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any], ds: Dataset,
@@ -133,7 +133,7 @@ def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any], ds: Dataset
             "seed": grid.seed if train_seed is None else train_seed, "stage": c.stage,
             "mode": grid.mode, "device": grid.device,
             "dask_workers": grid.trial_workers(c.network),
-            "profile": grid.profile, "target_accuracy": grid.target_for(c.model),
+            "profile": grid.profile, "target_accuracy": grid.target_of(c),
             "epochs": grid.epochs_for(c.model), **{f"hp.{k}": v for k, v in params.items()}}
 
 
@@ -154,7 +154,7 @@ def _train(grid: GridSettings, c: Cell, ds: Dataset, *, number: int, trial_id: i
     bound = best_value(study) if grid.pruner != "none" else None
     config = trial_config(grid, c, params, ds, bound=bound, seed=train_seed)
     worklog = WorkLog(grid.run_dir, c.key, number)
-    target = grid.target_for(c.model)
+    target = grid.target_of(c)
     pruner = PruningReporter(trial_handle(study, trial_id), target=target,
                              every_examples=round(grid.eval_every * len(ds.y_train)))
     callback = compose(trial_callbacks(worklog=worklog, logger=logger, pruner=pruner))

@@ -24,6 +24,8 @@ ROWS = [
     ("epochs", {"cnn": 3.0}, "missing ['mlp']"),
     ("trials", {"mlp": 0}, "positive integer (trials per cell)"),
     ("trials", {"mpl": 16}, "unknown ['mpl']"),
+    ("search_margin", -0.01, "margin in [0, 1)"),
+    ("search_margin", 1.0, "margin in [0, 1)"),
     ("pruner", "nope", "hyperband"),
     ("per_worker_batch", 0, "positive integer"),
     ("eval_resolution", -0.1, "fraction >= 0"),

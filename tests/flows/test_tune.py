@@ -117,6 +117,34 @@ def test_trials_per_model_give_each_models_cells_their_own_search_budget(tmp_pat
                      "n2/geodamp/mlp/validation": "2", "n2/geodamp/cnn/validation": "2"}
 
 
+def test_search_margin_raises_the_searchs_target_and_not_the_held_out_seeds(tmp_path):
+    """``search_margin=0.1`` on a target of 0.3: the search's trials train until 0.4 (Optuna's
+    study and MLflow's runs say so, and each that reached it has 0.4 as its best accuracy);
+    the best configuration's held-out seeds stop at the target itself."""
+    run_dir = str(tmp_path / "sm")
+    tune(trials=2, networks=[2], algorithms=["geodamp"], models=["mlp"], epochs=3,
+         target_accuracy=0.3, search_margin=0.1, pruner="none", validation_seeds=2,
+         grid_name="sm", run_dir=run_dir, cluster="local", mode="local")
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    targets = {s.study_name: s.user_attrs["target_accuracy"]
+               for s in optuna.get_all_study_summaries(storage)}
+    assert targets == {"sm/n2/geodamp/mlp": pytest.approx(0.4),
+                       "sm/n2/geodamp/mlp/validation": 0.3}
+    _, runs = mlflow_runs(run_dir, "sm")
+    trials = [r for r in runs if r.data.tags.get("damptune.kind") == "trial"]
+    by_stage = {}
+    for r in trials:
+        by_stage.setdefault(r.data.params["stage"], []).append(r)
+    assert sorted(len(v) for v in by_stage.values()) == [2, 2]
+    search, held_out = by_stage["search"], by_stage["validation"]
+    assert {r.data.params["target_accuracy"] for r in search} == {"0.4"}
+    assert {r.data.params["target_accuracy"] for r in held_out} == {"0.3"}
+    reached = [r for r in search if r.data.metrics["reached_target"] == 1]
+    assert reached and all(r.data.metrics["best_accuracy"] >= 0.4 for r in reached)
+    # a held-out seed stops at its first evaluation at 0.3 or more, not at 0.4
+    assert all(0.3 <= r.data.metrics["best_accuracy"] < 0.4 for r in held_out)
+
+
 def test_tune_on_existing_scheduler_address(tmp_path, external_scheduler):
     rows = tune(trials=1, grid_name="addr", run_dir=str(tmp_path / "a"),
                 cluster=external_scheduler, mode="decentralized", **TINY)
