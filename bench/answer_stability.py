@@ -152,6 +152,30 @@ def _speedup_lines(runs: dict[int, Answer], pairs: list[tuple[int, str]],
             print(f"  seed {s} {model}: " + "; ".join(parts))
 
 
+def misses(run_dir: str) -> None:
+    """How the held-out trainings (validation and matched) of a finished grid missed: per model,
+    how many missed the target and by how much (target - best accuracy, in points). A small
+    median miss means the configurations answered sit at the edge of the target."""
+    import optuna
+
+    from tasks.search import TARGET_CONSTRAINT
+
+    storage, short = f"sqlite:///{run_dir}/optuna.db", {}
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        _, _, _, model, *stage = summary.study_name.split("/")
+        if stage:
+            study = optuna.load_study(study_name=summary.study_name, storage=storage)
+            short.setdefault(model, []).extend(
+                t.constraints.get(TARGET_CONSTRAINT, 0.0) for t in study.get_trials(
+                    deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    for model, values in sorted(short.items()):
+        missed = sorted(100 * v for v in values if v > 0)
+        spread = (f"; by {statistics.median(missed):.1f} points (median; {missed[0]:.1f} to "
+                  f"{missed[-1]:.1f})" if missed else "")
+        print(f"  {run_dir} {model}: {len(missed)} of {len(values)} held-out trainings missed "
+              f"the target{spread}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1])
@@ -179,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.run_dirs:
         runs: dict[int, Any] = {i: answer_of(d) for i, d in enumerate(args.run_dirs)}
         print(f"finished grids compared: {args.run_dirs} (runs 0 and 1 below)")
+        print("held-out trainings (validation and matched) that missed the target:")
+        for run_dir in args.run_dirs:
+            misses(run_dir)
     else:
         runs = {s: run_grid(s, args) for s in args.seeds}
     report(runs)
