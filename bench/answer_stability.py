@@ -107,8 +107,9 @@ def report(runs: dict[int, Answer]) -> None:
         print(f"| n{pair[0]} {pair[1]} | " + " | ".join(", ".join(
             f"{r['algorithm']} {r['mean']:.2f}{'*' if r['tied_best'] else ''}"
             for r in runs[s][pair]) for s in (a, b)) + " |")
-    contradictions = sum(len({(y, x) for x, y in significant_orders(runs[a][p])}
-                             & significant_orders(runs[b][p])) for p in pairs)
+    both_ways = {p: sorted({(y, x) for x, y in significant_orders(runs[a][p])}
+                           & significant_orders(runs[b][p])) for p in pairs}
+    contradictions = sum(len(v) for v in both_ways.values())
     agree = sum(runs[a][p][0]["algorithm"] in {r["algorithm"] for r in runs[b][p]
                                                  if r["tied_best"]}
                 and runs[b][p][0]["algorithm"] in {r["algorithm"] for r in runs[a][p]
@@ -118,6 +119,10 @@ def report(runs: dict[int, Answer]) -> None:
     width = statistics.median(widths) if widths else float("nan")
     print(f"\ncontradictions (significantly ordered both ways): {contradictions}; goal 0: "
           f"{'met' if contradictions == 0 else 'not met'}")
+    for p, orders in both_ways.items():
+        if orders:
+            print(f"  n{p[0]} {p[1]}: " + "; ".join(
+                f"{x} < {y} in run {b}, {y} < {x} in run {a}" for x, y in orders))
     print(f"each run's best in the other's tied-best set: {agree} of {len(pairs)} pairs; "
           f"goal >= 7 of 8: {'met' if agree >= len(pairs) - 1 else 'not met'}")
     print(f"resolution: median 95 % CI half-width of the speedup over {BASELINE}: "
