@@ -39,7 +39,7 @@ DEFAULT_EPOCHS = {"mlp": 12.0, "cnn": 10.0, "wrn16_4": 30.0}
 # (`python bench/answer_stability.py --models mlp --trials 8` / `--trials 16`, README "The
 # default grid"). An MLP trial costs a third of a CNN one. A model a dict does not name (one
 # added to the registry, say) gets OTHER_TRIALS.
-DEFAULT_TRIALS = {"mlp": 16, "cnn": 12, "wrn16_4": 8}
+DEFAULT_TRIALS = {"mlp": 16, "cnn": 8, "wrn16_4": 8}
 # accuracy above the target a search trial must reach (README, "Why a search margin")
 DEFAULT_SEARCH_MARGIN = 0.01
 OTHER_TRIALS = 8
