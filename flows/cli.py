@@ -220,7 +220,7 @@ def _print_ranking(ranking: list[dict[str, Any]]) -> None:
     for row in ranking:
         if (row["network"], row["model"]) != pair:
             pair = (row["network"], row["model"])
-            print(f"\n{row['model']} on {row['network']} ranks (target "
+            print(f"\n{row['model']} on {row['network']} ranks (search target "
                   f"{row.get('target_accuracy')}):")
             print(f"  {'#':<2} {'algorithm':<11} {'best (s)':>10} {'speedup':>8} {'reached':<8}"
                   f" {'updates':>7} {'epochs':>6} {'trial':>5}  counts c/p/f/i  best "

@@ -138,7 +138,7 @@ def ranking_markdown(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         if (row["network"], row["model"]) != pair:
             pair = (row["network"], row["model"])
-            parts += [f"\n### {row['model']} on {row['network']} ranks (target "
+            parts += [f"\n### {row['model']} on {row['network']} ranks (search target "
                       f"{_cell(row.get('target_accuracy'))})\n",
                       "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
         speedup = row.get("speedup_vs_geodamplr")
