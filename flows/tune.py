@@ -87,10 +87,9 @@ def resolve_locations(settings: GridSettings) -> None:
 def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = list(ALGORITHMS),
     models: list[str] = list(MODEL_NAMES), dataset: str = "mnist1d", data_root: str | None = None,
     device: Device = "cpu", trials: Trials = DEFAULT_TRIALS, epochs: Epochs = DEFAULT_EPOCHS,
-    target_accuracy: Target = DEFAULT_TARGETS,
-    search_margin: Margin = DEFAULT_SEARCH_MARGIN, profile: str = "ddp-100g",
-    mode: Mode = "centralized", per_worker_batch: PositiveInt = 32, seed: Seed = 0,
-    data_seed: Seed = 0, sampler: Sampler = "auto", pruner: Pruner = "bound",
+    target_accuracy: Target = DEFAULT_TARGETS, search_margin: Margin = DEFAULT_SEARCH_MARGIN,
+    profile: str = "ddp-100g", mode: Mode = "centralized", per_worker_batch: PositiveInt = 32,
+    seed: Seed = 0, data_seed: Seed = 0, sampler: Sampler = "auto", pruner: Pruner = "bound",
     warm_start: bool = True, eval_resolution: NonNegativeFloat = 0.02, overhead_ms: Ms = None,
     overhead_per_rank_ms: Ms = None, grid_name: GridName = "grid", run_dir: str | None = None,
     storage: str | None = None, tracking_uri: str | None = None, cluster: str = "local",
@@ -99,8 +98,7 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = li
     checkpoint_root: str | None = None, max_cluster_lifetime: str | None = None,
     trial_attempts: PositiveInt = 3, worker_wait: PositiveFloat = 600.0,
     workers_per_trial: NonNegativeInt | None = None, validation_seeds: SeedCount = 8,
-    sampler_seed: Seed | None = None, system_metrics: bool = True,
-) -> list[dict[str, Any]]:
+    sampler_seed: Seed | None = None, system_metrics: bool = True) -> list[dict[str, Any]]:
     """Tune every cell's damping; one summary per cell, or ``GridIncomplete`` after it.
 
     Args:

@@ -40,7 +40,7 @@ DEFAULT_EPOCHS = {"mlp": 12.0, "cnn": 10.0, "wrn16_4": 30.0}
 # default grid"). An MLP trial costs a third of a CNN one. A model a dict does not name (one
 # added to the registry, say) gets OTHER_TRIALS.
 DEFAULT_TRIALS = {"mlp": 16, "cnn": 8, "wrn16_4": 8}
-# accuracy above the target a search trial must reach (README, "Why a search margin")
+# accuracy above the target a search trial must reach (README, "A search margin")
 DEFAULT_SEARCH_MARGIN = 0.01
 OTHER_TRIALS = 8
 
@@ -86,7 +86,7 @@ class GridSettings:
         default_factory=lambda: dict(DEFAULT_TARGETS))
     # accuracy a search trial must reach above its model's target (its clock stops there); the
     # held-out seeds time the target itself (tasks.validation). A configuration that touches
-    # the target only on a lucky seed does not win the search (README, "The default grid")
+    # the target only on a lucky seed does not win the search (README, "A search margin")
     search_margin: float = DEFAULT_SEARCH_MARGIN
     profile: str = DEFAULT_PROFILE
     mode: str = "centralized"
