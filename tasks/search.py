@@ -134,7 +134,9 @@ class NoRepeatSampler(optuna.samplers.BaseSampler):
         self.base.after_trial(study, trial, state, values)
 
 
-GP_MAX_DIMENSIONS = 1  # sampler="auto": GP up to this many hyperparameters, TPE above
+# sampler="auto": GP up to this many hyperparameters, TPE above. 2: every damper of the grid.
+# TPE for two left the CNN's 2-D searches to luck in 8 trials (README, "The search")
+GP_MAX_DIMENSIONS = 2
 
 
 def sampler_kind(sampler: str, dimensions: int) -> str:
