@@ -111,7 +111,7 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = li
         trials: Optuna trials per search cell, in all (>= 1): one, or {model: trials} (else 8).
         epochs: training budget of a trial, in epochs (> 0): one number, or {model: epochs}.
         target_accuracy: test accuracy in (0, 1] that stops the clock: one, or {model: accuracy}.
-        search_margin: accuracy a search trial must reach above the target (>= 0; held-out: none).
+        search_margin: accuracy a search trial must reach above the target, in [0, 1) (held-out 0).
         profile: simulated network: ddp-100g, decentralized-moderate, decentralized-high,
             centralized, or custom:GBPS:US[:ring|tree|centralized[:OVERHEAD_MS[:PER_RANK_MS]]].
         mode: centralized (parameter server), decentralized (all-reduce) or local (one process).
