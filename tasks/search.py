@@ -134,9 +134,10 @@ class NoRepeatSampler(optuna.samplers.BaseSampler):
         self.base.after_trial(study, trial, state, values)
 
 
-# sampler="auto": GP up to this many hyperparameters, TPE above. 2: every damper of the grid.
-# TPE for two left the CNN's 2-D searches to luck in 8 trials (README, "The search")
-GP_MAX_DIMENSIONS = 2
+# sampler="auto": GP up to this many hyperparameters, TPE above. GP found the CNN's 2-D adadamp
+# best more often in 8 trials, but the default grid with GP for two ran at about half the pace
+# (README, "Optuna"): sampler="gp" has it
+GP_MAX_DIMENSIONS = 1
 
 
 def sampler_kind(sampler: str, dimensions: int) -> str:

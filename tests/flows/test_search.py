@@ -70,16 +70,3 @@ def test_gp_sampler_and_successive_halving_run_and_report(tmp_path):
         assert len(steps) <= 5 and all(
             b - a >= 3000 for a, b in zip(regular, regular[1:], strict=False))
 
-
-def test_auto_is_a_gaussian_process_for_every_damper_of_the_grid():
-    """The default sampler models every damper's space with a GP, the 2-D ones included (TPE
-    found adadamp's CNN best within 5 % in 1 of 3 seeds in 8 trials, GP in 3 of 3: README)."""
-    from tasks.grid import ALGORITHMS
-    from tasks.search import distributions, sampler_for
-
-    settings = GridSettings()
-    for algorithm in ALGORITHMS:
-        dims = len(distributions(settings, Cell(8, algorithm, "cnn")))
-        sampler = sampler_for(settings, 5, f"n8/{algorithm}/cnn", dimensions=dims)
-        assert isinstance(getattr(sampler, "base", None), optuna.samplers.GPSampler), (
-            algorithm, dims, type(sampler).__name__)

@@ -4,7 +4,7 @@ best, in Optuna's own ``best_trial``, in the bound that prunes the next trials, 
 start, and in the report's ranking — even when its (penalized) value is smaller.
 
 Real components: Optuna on SQLite, the cell's StudyDriver recording TrialResults with real
-leases, the cell's sampler (GP, for a two-hyperparameter damper) asking the next trial."""
+leases, the cell's sampler (TPE, for a two-hyperparameter damper) asking the next trial."""
 
 import pytest
 
@@ -55,7 +55,7 @@ def test_a_trial_that_missed_the_target_is_never_the_cells_best(driver):
     seeds = seeds_of([(CELL, study)], distributions(GridSettings(), Cell(8, "geodamp", "mlp")))
     assert [origin for origin, _ in seeds] == [f"{CELL.key}#{reached.number}"]
     assert missed.number != reached.number
-    assert driver.next_batch()  # the sampler (past its start-up) models the constraint, asks on
+    assert driver.next_batch()  # TPE (past its start-up) models the constraint and asks on
 
 
 def test_the_ranking_puts_algorithms_that_reached_the_target_first():
