@@ -12,13 +12,7 @@
 set -u
 SAMPLERS=${SAMPLERS:-auto gp} SEEDS=${SEEDS:-0 1} CELLS=${CELLS:-3} LIMIT=${LIMIT:-470}
 TRIALS=${TRIALS:-}
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl 2>&1 | tail -3
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
-    --no-cache-dir --upgrade --target /tmp/site . 2>&1 | tail -3
-  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
-fi
+if [ -d .whl ]; then . bench/device_site.sh; fi
 export PYTHONUNBUFFERED=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
 nproc
 python3 -c "import flows.tune, tasks.tracking, mlflow, optuna, prefect, prefect.server.api.server, docket" || exit 1

@@ -13,12 +13,7 @@
 # Networks of 1 rank: a machine with one GPU (the grid's cells put one rank on each GPU).
 # Each grid prints its answer; none stops the other.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl 2>&1 | tail -3
-# damptune itself (its `tune` and `report` commands are entry points of the installed package)
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
-  --no-cache-dir --upgrade --target /tmp/site . 2>&1 | tail -3
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
+. bench/device_site.sh
 python3 -c "import torch, prefect, optuna, mlflow; print('torch', torch.__version__, 'gpus',
 torch.cuda.device_count(), 'prefect', prefect.__version__, 'optuna', optuna.__version__,
 'mlflow', mlflow.__version__)" || exit 1
