@@ -69,4 +69,3 @@ def test_gp_sampler_and_successive_halving_run_and_report(tmp_path):
         regular = steps[:-1] if t.state == optuna.trial.TrialState.PRUNED else steps
         assert len(steps) <= 5 and all(
             b - a >= 3000 for a, b in zip(regular, regular[1:], strict=False))
-
