@@ -235,10 +235,24 @@ def best_value(study: optuna.Study) -> float | None:
 
 
 def finished_in_grid(url: str, grid_name: str) -> int:
-    """Finished trials of every cell of ``grid_name`` in the storage at ``url``."""
+    """Finished trials of every cell of ``grid_name`` in the storage at ``url``: one count
+    query (``damptune tune``'s progress bar asks every 2 s; through Optuna's API, which
+    loads every study and every trial with its reports, it took a fifth of the flow
+    process's CPU in a default grid)."""
+    import json
+
+    import sqlalchemy
+
     store = storage_for(url)
-    return sum(len(store.get_all_trials(s._study_id, deepcopy=False, states=FINISHED))
-               for s in store.get_all_studies() if s.user_attrs.get("grid") == grid_name)
+    assert isinstance(store, optuna.storages.RDBStorage)  # storage_for makes one
+    query = sqlalchemy.text(
+        "SELECT COUNT(*) FROM trials JOIN study_user_attributes AS a"
+        " ON a.study_id = trials.study_id"
+        " WHERE a.key = 'grid' AND a.value_json = :grid AND trials.state IN :states"
+    ).bindparams(sqlalchemy.bindparam("states", expanding=True))
+    with store.engine.connect() as connection:
+        return int(connection.execute(query, {"grid": json.dumps(grid_name), "states": [
+            s.name for s in FINISHED]}).scalar_one())
 
 
 def with_storage_retries(fn: Callable[[], T], *, attempts: int = 5, delay: float = 0.5) -> T:
