@@ -264,12 +264,13 @@ def _recorded_process(paths: StackPaths, name: str, state: dict) -> psutil.Proce
         return None
 
 
-def _stop_process(proc: psutil.Process, *, timeout_s: float) -> None:
-    """SIGTERM the process's group and all its descendants; SIGKILL what is left after a wait."""
+def _stop_process(proc: psutil.Process, *, timeout_s: float) -> list[int]:
+    """SIGTERM the process's group and all its descendants; SIGKILL what is left after a wait
+    of ``timeout_s``. The PIDs that had to be killed."""
     try:
         family = [proc, *proc.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return
+        return []
     # one SIGTERM each: Prefect's CLI turns a second SIGTERM into an immediate SIGKILL
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGTERM)  # the leader of its own session: pgid == pid
@@ -278,6 +279,7 @@ def _stop_process(proc: psutil.Process, *, timeout_s: float) -> None:
             if os.getpgid(p.pid) != proc.pid:
                 p.terminate()
     _, alive = psutil.wait_procs(family, timeout=timeout_s)
+    killed = [p.pid for p in alive]
     if alive:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -287,6 +289,7 @@ def _stop_process(proc: psutil.Process, *, timeout_s: float) -> None:
         _, alive = psutil.wait_procs(alive, timeout=5)
     if alive:
         raise StackError(f"processes {[p.pid for p in alive]} survived SIGKILL")
+    return killed
 
 
 def _log_tail(paths: StackPaths, name: str, n_lines: int = 25) -> str:
@@ -611,7 +614,10 @@ def _stop(paths: StackPaths, names: list[str], *, timeout_s: float,
             continue
         proc = _recorded_process(paths, name, state)
         if proc is not None:
-            _stop_process(proc, timeout_s=timeout_s)
+            killed = _stop_process(proc, timeout_s=timeout_s)
+            if killed and progress is not None:
+                progress(f"{name}: processes {killed} did not stop within {timeout_s:g} s of "
+                         "SIGTERM; SIGKILLed")
             stopped.append(name)
             after_stop = SPECS[name].after_stop
             if after_stop is not None:
@@ -706,7 +712,10 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"MLflow server port (default {DEFAULT_MLFLOW_PORT}, or the "
                         "running stack's)")
     parser.add_argument("--timeout", type=float, default=180.0,
-                        help="seconds to wait for each service to be healthy (%(default)s)")
+                        help="up: seconds to wait for each service to be healthy (%(default)s)")
+    parser.add_argument("--stop-timeout", type=float, default=20.0,
+                        help="down: seconds from each service's SIGTERM to SIGKILL of what "
+                        "is left of it and its flow runs (%(default)s)")
     args = parser.parse_args(argv)
     state = read_state(args.run_dir)
     pport = args.prefect_port or state.get("prefect_port", DEFAULT_PREFECT_PORT)
@@ -715,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             t0 = time.monotonic()
             stack = up(args.run_dir, prefect_port=pport, mlflow_port=mport,
-                       timeout_s=args.timeout, progress=print)
+                       timeout_s=args.stop_timeout, progress=print)
             if stack.started:
                 print(f"started {', '.join(stack.started)} in {time.monotonic() - t0:.1f} s")
             if stack.reused:
@@ -723,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
             _print_addresses(stack)
         elif args.command == "down":
             t0 = time.monotonic()
-            stopped = down(args.run_dir, timeout_s=args.timeout, progress=print)
+            stopped = down(args.run_dir, timeout_s=args.stop_timeout, progress=print)
             what = ", ".join(stopped) if stopped else "nothing was running"
             print(f"stopped: {what} ({time.monotonic() - t0:.1f} s)")
         elif args.command == "status":

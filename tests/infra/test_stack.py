@@ -216,3 +216,33 @@ def test_stack_env_command_prints_export_lines(tmp_path):
         "export PREFECT_SERVER_ANALYTICS_ENABLED=false",
         "export MLFLOW_DISABLE_TELEMETRY=true",
     ]
+
+
+def test_stack_down_command_kills_a_service_that_ignores_sigterm_after_its_stop_timeout(
+        tmp_path):
+    """`make stack-down` (`infra.stack down`) waits ``--stop-timeout`` (20 s unless given) for
+    a service to stop on SIGTERM, then SIGKILLs it and says so; it used to wait the health
+    timeout of `up` (180 s) per service."""
+    import threading
+
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+         "signal.SIG_IGN); print('ready', flush=True); time.sleep(600)", "mlflow"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True)
+    threading.Thread(target=stubborn.wait, daemon=True).start()  # reaps it when it dies
+    assert stubborn.stdout.readline().strip() == "ready"
+    (tmp_path / "pids").mkdir()
+    (tmp_path / "pids" / "mlflow.pid").write_text(f"{stubborn.pid}\n")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "infra.stack", "down", "--run-dir", str(tmp_path),
+             "--stop-timeout", "1"],
+            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+        assert result.returncode == 0, result.stderr
+        assert (f"mlflow: processes [{stubborn.pid}] did not stop within 1 s of SIGTERM; "
+                "SIGKILLed") in result.stdout, result.stdout
+        assert "stopped: mlflow" in result.stdout, result.stdout
+        assert stubborn.wait(timeout=10) == -9
+    finally:
+        if stubborn.poll() is None:
+            stubborn.kill()
