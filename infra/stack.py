@@ -724,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             t0 = time.monotonic()
             stack = up(args.run_dir, prefect_port=pport, mlflow_port=mport,
-                       timeout_s=args.stop_timeout, progress=print)
+                       timeout_s=args.timeout, progress=print)
             if stack.started:
                 print(f"started {', '.join(stack.started)} in {time.monotonic() - t0:.1f} s")
             if stack.reused:
