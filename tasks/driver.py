@@ -133,6 +133,8 @@ class StudyDriver:
             def suggest() -> None:
                 trial = trial_handle(self.study, t._trial_id)
                 for name, distribution in self.space.items():
+                    if name in t.params:  # written before the death
+                        _draw_again(trial, name, distribution)
                     trial._suggest(name, distribution)  # what study.ask(space) does
 
             with_storage_retries(suggest)
@@ -247,6 +249,20 @@ class StudyDriver:
                                                                   result.reason[:2000]))
             with_storage_retries(lambda: self.study.tell(result.number, state=state))
         self.leases.release(key, self.owner)
+
+
+def _draw_again(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> None:
+    """Draw ``name`` again as ``Trial._suggest`` did at the ask, and drop the value (the stored
+    one stays): ``study.ask`` writes parameters one at a time, and a run killed between two
+    writes left the first. The seeded sampler's random state then moves past it as it did at
+    the ask, so the parameters after it get the clean run's values (without this, the next
+    parameter took the draw that was the first's)."""
+    if (trial._is_fixed_param(name, distribution) or distribution.single()
+            or trial._is_relative_param(name, distribution)):
+        return  # no random draw at the ask: a warm-start seed's, a one-value or a joint one
+    frozen = trial._get_latest_trial()
+    study = optuna.pruners._filter_study(trial.study, frozen)
+    trial.study.sampler.sample_independent(study, frozen, name, distribution)
 
 
 def _lease_key(study_name: str, number: int) -> str:

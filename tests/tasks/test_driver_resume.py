@@ -6,6 +6,7 @@ Real components: Optuna on SQLite, the cell's StudyDriver and its leases.
 """
 
 import optuna
+import pytest
 
 from tasks.driver import StudyDriver
 from tasks.grid import Cell, GridSettings
@@ -26,8 +27,8 @@ def _driver(tmp_path, owner):
                        space=distributions(settings, CELL), batch=1, total=6)
 
 
-def _finish_first_trials(driver):
-    for _ in range(N_BEFORE):
+def _finish_first_trials(driver, n=N_BEFORE):
+    for _ in range(n):
         ticket, = driver.next_batch()
         value = ticket.params["factor"] + ticket.params["delay"]  # deterministic in the params
         driver.record(TrialResult(ticket.number, TrialState.COMPLETE, ticket.params,
@@ -64,3 +65,30 @@ def test_a_trial_another_run_is_asking_is_left_to_it(tmp_path):
     other = _driver(tmp_path, "other-run")
     assert other.stale_trials() == []
     assert asking.leases.acquire(asking.lease_key(N_BEFORE), "asking-run")
+
+
+@pytest.mark.parametrize("n_before", [0, N_BEFORE], ids=["startup (random)", "model (TPE)"])
+def test_a_trial_killed_after_its_first_parameter_was_written_resumes_with_the_clean_runs(
+        tmp_path, n_before):
+    """``study.ask`` writes a trial's parameters one at a time, each as the sampler draws it:
+    a run killed between the two writes of geodamp's ``factor`` and ``delay`` leaves the
+    first. The rerun draws the missing one as the clean run did (the sampler's random state
+    advanced past the written one), so the trial keeps the clean run's parameters."""
+    clean = _driver(tmp_path / "clean", "clean-run")
+    _finish_first_trials(clean, n_before)
+    expected, = clean.next_batch()
+    first, second = clean.space  # the order `study.ask` writes them in
+    assert expected.number == n_before and set(expected.params) == {first, second}
+
+    killed = _driver(tmp_path / "killed", "dead-run")
+    _finish_first_trials(killed, n_before)
+    trial_id = killed.study._storage.create_new_trial(killed.study._study_id)
+    dist = killed.space[first]
+    killed.study._storage.set_trial_param(trial_id, first,
+                                          dist.to_internal_repr(expected.params[first]), dist)
+    assert killed.study.trials[-1].params == {first: expected.params[first]}
+
+    rerun = _driver(tmp_path / "killed", "rerun")
+    resumed, = rerun.stale_trials()
+    assert (resumed.number, resumed.params) == (expected.number, expected.params)
+    assert rerun.study.trials[n_before].params == expected.params
