@@ -52,6 +52,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -355,11 +356,31 @@ def _wait_healthy(paths: StackPaths, name: str, proc: psutil.Process, check, *, 
 # up / down / status
 
 
+# free_port's ports start here: above the registered ports of common services
+FREE_PORT_FLOOR = 20000
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (for tests and a second stack)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for tests and a second stack),
+    below the kernel's ephemeral range: a port the OS picks on its own (a Dask worker's
+    `--port 0`, an outgoing connection's) cannot take it between now and the moment the
+    server asked for binds it, seconds later. Random, so that two callers rarely agree."""
+    candidates = range(FREE_PORT_FLOOR, _ephemeral_ports()[0])
+    for port in random.sample(candidates, min(100, len(candidates))):
+        if not _port_in_use(port):
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # all taken: the OS's
         sock.bind((HOST, 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range for ports it assigns itself (Linux's default where unreadable)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def _check_port_free(port: int, name: str, option: str) -> None:

@@ -5,7 +5,6 @@ LocalClusters whose worker processes are killed by real signals)."""
 import logging
 import os
 import signal
-import socket
 
 import pytest
 import yaml
@@ -15,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from damptune import ConfigError
 from damptune.cluster import local_cluster
 from flows.tune import tune
-from infra.stack import REPO_ROOT
+from infra.stack import REPO_ROOT, free_port
 from tasks import worklog
 from tasks.report import GridIncomplete
 from tests.flows.grids import (
@@ -93,10 +92,7 @@ def test_a_grid_on_a_spec_cluster_from_yaml_survives_a_killed_worker(tmp_path, c
     its nanny; the trial goes on and the grid ends equal to the clean run."""
     with open(os.path.join(REPO_ROOT, "infra", "cluster-spec.yaml")) as f:
         spec = yaml.safe_load(f)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    spec["kwargs"]["scheduler"]["options"]["port"] = port
+    port = spec["kwargs"]["scheduler"]["options"]["port"] = free_port()
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(spec))
     run_dir = str(tmp_path / "y")

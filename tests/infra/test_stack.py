@@ -246,3 +246,14 @@ def test_stack_down_command_kills_a_service_that_ignores_sigterm_after_its_stop_
     finally:
         if stubborn.poll() is None:
             stubborn.kill()
+
+
+def test_free_port_is_free_and_outside_the_ports_the_kernel_hands_out():
+    """The ports a stack's servers bind seconds after free_port named them: never in the
+    ephemeral range, where a Dask process's port 0 (or an outgoing connection) could take one
+    first (CI saw a health check read from Dask); free, and not the same one every time."""
+    low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+                 .split())
+    ports = [free_port() for _ in range(20)]
+    assert not [p for p in ports if low <= p <= high], (ports, low, high)
+    assert all(_port_free(p) for p in ports) and len(set(ports)) > 1, ports
