@@ -151,8 +151,14 @@ def _started_prefect_harness():
     which Prefect does not retry. Seen in CI: 38 flow tests errored at set-up."""
     import httpx
     from prefect.server.api.server import SubprocessASGIServer
+    from prefect.testing import utilities
     from prefect.testing.utilities import prefect_test_harness
 
+    from infra.stack import free_port
+
+    if hasattr(utilities, "_find_available_port"):  # its port, from outside the ephemeral
+        utilities._find_available_port = free_port  # range (infra.stack.free_port); Prefect
+        # 3.x's private helper: where it is gone, the retries below remain
     for attempt in range(1, HARNESS_ATTEMPTS + 1):
         before = SubprocessASGIServer._instances.get(None)
         with contextlib.ExitStack() as stack:
