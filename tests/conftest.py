@@ -38,6 +38,24 @@ def pytest_configure(config):
         config, "workerinput")
     if "DAMPTUNE_CACHE" not in os.environ and not controller:
         os.environ["DAMPTUNE_CACHE"] = tempfile.mkdtemp(prefix="damptune-test-cache-")
+    if not controller:
+        _set_torch_threads()
+
+
+def _set_torch_threads() -> None:
+    """Each pytest process trains with DAMPTUNE_TEST_TORCH_THREADS torch threads: 1 unless
+    set, 0 for torch's default of one per core. `make test` runs two pytest processes on the
+    2 cores, and with torch's default each one's local-mode training oversubscribed them, its
+    OpenMP threads spinning while they waited for a core: `time DAMPTUNE_TEST_TORCH_THREADS=0
+    python -m pytest -n 2 --dist loadfile tests/damptune` against the same without it (README,
+    "Tests"). Dask's workers and the flow's session set their own (1); tests of thread counts
+    set theirs."""
+    given = os.environ.get("DAMPTUNE_TEST_TORCH_THREADS") or "1"
+    if not given.isdigit():
+        raise pytest.UsageError(f"DAMPTUNE_TEST_TORCH_THREADS={given!r} is not accepted: a "
+                                "whole number of threads, or 0 for torch's default")
+    if int(given) > 0:
+        torch.set_num_threads(int(given))
 
 
 def pytest_collection_modifyitems(config, items):
