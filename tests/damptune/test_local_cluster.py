@@ -1,10 +1,14 @@
-"""damptune.cluster.local_cluster: workers forked from a server that imported what ranks need;
-an idle cluster's slowed heartbeat still lets the scheduler notice a killed worker at once."""
+"""damptune.cluster.local_cluster: workers forked from a server that imported what ranks need
+(and what the main module imports); an idle cluster's slowed heartbeat still lets the
+scheduler notice a killed worker at once."""
 
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 from distributed import Client
 
@@ -72,3 +76,42 @@ def test_a_killed_worker_leaves_the_scheduler_by_its_closed_connection(tmp_path)
             assert victim not in client.scheduler_info(n_workers=-1)["workers"]
     finally:
         cluster.close()
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# a flow run started as `python -m prefect.engine`, in miniature: a main module run by name,
+# whose import of a module (Prefect's, there) records the process that executed it
+DEPENDENCY = """import os
+with open(os.environ["IMPORTED_IN"], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+"""
+MAIN = """import json, os
+import heavy_dependency  # noqa: F401
+if __name__ == "__main__":
+    from distributed import Client
+    from damptune.cluster import local_cluster
+    cluster = local_cluster(n_workers=2, local_directory=os.environ["DASK_DIR"])
+    with Client(cluster, set_as_default=False) as client:
+        print(json.dumps(sorted(client.run(os.getpid).values())))
+    cluster.close()
+"""
+
+
+def test_workers_of_a_main_module_run_by_name_do_not_import_its_imports_again(tmp_path):
+    """multiprocessing runs the main module again in every worker it starts (as
+    ``__mp_main__``); started by name, the forkserver imports it once, so its imports (all of
+    Prefect for a flow run, ~2.4 s of CPU each) are done before the fork: the modules it
+    imports execute in this process and the forkserver, in no worker."""
+    (tmp_path / "heavy_dependency.py").write_text(DEPENDENCY)
+    (tmp_path / "cluster_main.py").write_text(MAIN)
+    record = tmp_path / "imported-in.txt"
+    env = {**os.environ, "IMPORTED_IN": str(record), "DASK_DIR": str(tmp_path / "dask"),
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "cluster_main"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    workers = json.loads(done.stdout.strip().splitlines()[-1])
+    importers = [int(line) for line in record.read_text().split()]
+    assert len(workers) == 2, done.stdout
+    assert not set(workers) & set(importers), (workers, importers)
+    assert len(importers) == 2, importers  # the main process and the forkserver
