@@ -337,7 +337,8 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
     first = _run_deployment(api, "tune/smoke", params)
     _when_training(run_dir)
     engines = [p for p in psutil.process_iter(["cmdline", "environ"])
-               if "prefect.engine" in " ".join(p.info["cmdline"] or [])
+               if (p.info["cmdline"] or [])[1:3] == ["-m", "prefect.engine"]  # its forkserver
+               # names the module in its preload list, and its Dask workers are forks of that
                and (p.info["environ"] or {}).get("PREFECT__FLOW_RUN_ID") == first]
     assert len(engines) == 1, engines
     os.kill(int((deployed.stack.run_dir / "pids" / "prefect-worker.pid").read_text()),
