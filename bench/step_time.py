@@ -204,9 +204,16 @@ def main(argv=None) -> int:
     change = statistics.median(changes) if changes else float("nan")
     for name, value, goal in (("decentralized / DDP", dec, 1.10), ("centralized / DDP", cen, 1.5),
                               ("change of P, updates", change, 2.0)):
-        verdict = "met" if value <= goal else "not met"
-        print(f"Goal: {name}, median {value:.2f} <= {goal}: {verdict}")
+        print_goal(name, value, goal)
     return 0
+
+
+def print_goal(name: str, value: float, goal: float) -> None:
+    if value != value:  # nan: no run had P >= 2 (one GPU), so no change of P was made
+        print(f"Goal: {name} <= {goal}: not measured (needs --ranks with a P of 2 or more)")
+        return
+    verdict = "met" if value <= goal else "not met"
+    print(f"Goal: {name}, median {value:.2f} <= {goal}: {verdict}")
 
 
 if __name__ == "__main__":
