@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="examples per forward+backward pass of a rank (default: "
                    "--per-worker-batch); bounds GPU memory")
     t.add_argument("--eval-every", type=float, default=1.0, help="epochs between evaluations")
+    t.add_argument("--eval-flush", action="store_true",
+                   help="end the ranks' segment at each evaluation, so it is shown at once "
+                   "(default: evaluations travel with the segment, <= 1 s of training)")
     t.add_argument("--seed", type=int, default=0,
                    help="seed of the training: initial weights, data order")
     t.add_argument("--data-seed", type=int, default=0,
@@ -126,7 +129,7 @@ def _classifier(args: argparse.Namespace, callback: Callable[[Record], None]) ->
         min_workers=args.min_workers, max_workers=args.workers, max_epochs=args.epochs,
         max_updates=args.max_updates, eval_every=args.eval_every, mode=args.mode,
         cluster=args.scheduler, device=args.device, share_gpus=args.share_gpus,
-        micro_batch=args.micro_batch, seed=args.seed,
+        micro_batch=args.micro_batch, seed=args.seed, eval_flush=args.eval_flush,
         checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds, resume=args.resume, profile=args.profile,
         callback=callback, **{f"batch_size__{k}": v for k, v in args.param},

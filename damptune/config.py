@@ -87,6 +87,12 @@ class TrainConfig:
     # seconds of training after which the ranks end a segment and report to the driver (it
     # sees progress, stop requests and preemption notices between segments)
     flush_seconds: float = 1.0
+    # a regular evaluation (every eval_every epochs) also ends the ranks' segment, so the
+    # callbacks see it before training goes on (a callback that stops training at an
+    # evaluation, such as a pruner, needs this). False: the evaluation travels with the
+    # segment's other records, and the segment ends at a checkpoint, the end, or after
+    # flush_seconds; the training and every record are the same, with fewer round trips
+    eval_flush: bool = True
     seed: int = 0
     mode: str = "local"
     device: str = "cpu"  # 'cpu', 'cuda', 'cuda:N' or 'auto' (damptune.devices)
@@ -187,8 +193,9 @@ class TrainConfig:
         if self.target_accuracy is not None:
             number_in("target_accuracy", self.target_accuracy, 0, 1, "an accuracy in (0, 1]")
         choice("backend", self.backend, BACKENDS)
-        if not isinstance(self.share_gpus, bool):
-            raise ConfigError("share_gpus", self.share_gpus, "True or False")
+        for name in ("share_gpus", "eval_flush"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, getattr(self, name), "True or False")
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("backend", self.backend, "'auto' or 'gloo' with device='cpu'")
 

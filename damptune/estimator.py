@@ -37,7 +37,7 @@ _PREFIXES = ("module__", "optimizer__", "batch_size__")
 _PASSED_THROUGH = (
     "per_worker_batch", "min_workers", "max_workers", "max_epochs", "max_updates",
     "eval_every", "checkpoint_every", "checkpoint_seconds", "checkpoint_keep", "seed", "mode",
-    "device", "timeout", "profile", "overhead", "micro_batch", "share_gpus",
+    "device", "timeout", "profile", "overhead", "micro_batch", "share_gpus", "eval_flush",
 )
 
 
@@ -64,6 +64,11 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         max_epochs: passes over the training set.
         max_updates: stop after this many model updates in all (None: no limit).
         eval_every: epochs between evaluations on ``eval_set``.
+        eval_flush: in the data-parallel modes, each of those evaluations ends the ranks'
+            segment, so ``callback`` sees it before training goes on (needed to stop training
+            at an evaluation). False: evaluations reach ``callback`` with the segment's other
+            records (at most ``flush_seconds``, 1 s of training, later), with fewer round trips
+            to the ranks; the training and the records are the same.
         mode: ``"local"`` (one process), ``"centralized"`` or ``"decentralized"``.
         cluster: None (a LocalCluster of ``max_workers`` made for each fit), a scheduler address,
             a ``distributed.Client`` or a Dask cluster.
@@ -113,6 +118,7 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         overhead: float = 0.0,
         micro_batch: int | None = None,
         share_gpus: bool = False,
+        eval_flush: bool = True,
         **kwargs: Any,
     ) -> None:
         self.module = module
@@ -136,10 +142,10 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         self.checkpoint_keep = checkpoint_keep
         self.resume = resume
         self.callback = callback
-        self.timeout = timeout
-        self.profile = profile
+        self.timeout, self.profile = timeout, profile
         self.compute_per_example = compute_per_example
         self.overhead, self.micro_batch, self.share_gpus = overhead, micro_batch, share_gpus
+        self.eval_flush = eval_flush
         _check_prefixed(kwargs)
         self.__dict__.update(kwargs)
 

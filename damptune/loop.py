@@ -286,7 +286,7 @@ def _boundary(state: TrainState, ops: Ops, *, flag: int, n_ranks: int, emit: Emi
             return TARGET
     if cfg.max_time_sim is not None and state.time_sim >= cfg.max_time_sim:
         return MAX_TIME_SIM
-    if regular and ops.world_size is not None:
+    if regular and ops.world_size is not None and cfg.eval_flush:
         return FLUSH  # ranks: the driver sees the regular evaluation now (its callbacks, the
         # pruner); the dense ones that resolve the target travel with the next segment
     if cfg.checkpoint_every and state.update % cfg.checkpoint_every == 0:

@@ -22,6 +22,7 @@ __all__ = [
     "storage_for", "study_name", "open_study", "distributions", "FINISHED",
     "best_value", "best_trial", "reached_target", "TARGET_CONSTRAINT",
     "finished_in_grid", "check_grid_data", "sampler_for", "sampler_kind", "pruner_for",
+    "pruner_acts_on_reports",
     "trial_seed", "with_storage_retries",
     "StorageUnavailable",
 ]
@@ -149,12 +150,23 @@ def sampler_kind(sampler: str, dimensions: int) -> str:
     return sampler
 
 
+# the pruners whose Optuna side acts on no report (``bound`` is the engine's max_time_sim): a
+# trial's reports may then reach Optuna with its ranks' next segment, not at each evaluation
+PRUNERS_WITHOUT_REPORTS = ("none", "bound")
+
+
+def pruner_acts_on_reports(pruner: str) -> bool:
+    """Whether the cell's Optuna pruner stops trials on their reports (then each regular
+    evaluation ends the ranks' segment, so the pruner sees it before training goes on)."""
+    return pruner not in PRUNERS_WITHOUT_REPORTS
+
+
 def pruner_for(settings: GridSettings, n_train: int, *,
                epochs: float) -> optuna.pruners.BasePruner:
     """Optuna's pruner of the cell (the ``bound`` rule is the engine's ``max_time_sim``, set by
     the trial). Resources are examples seen: ``eval_every`` epochs at least, the whole budget
     at most; the values are the objective so far (:func:`tasks.objective.value_so_far`)."""
-    if settings.pruner in ("none", "bound"):
+    if not pruner_acts_on_reports(settings.pruner):
         return optuna.pruners.NopPruner()
     min_resource = int(n_train * settings.eval_every)
     if settings.pruner == "sha":

@@ -31,7 +31,7 @@ from tasks.leases import Heartbeat
 from tasks.objective import objective
 from tasks.registry import dataset_input
 from tasks.results import TrialResult, TrialState
-from tasks.search import StorageUnavailable, best_value, open_study
+from tasks.search import StorageUnavailable, best_value, open_study, pruner_acts_on_reports
 from tasks.session import Session, session_for
 from tasks.trial_logger import MlflowTrialLogger
 from tasks.worklog import WorkLog
@@ -68,6 +68,7 @@ def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
         overhead=_ms(settings.overhead_ms), overhead_per_rank=_ms(settings.overhead_per_rank_ms),
         checkpoint_every=settings.checkpoint_every or None,
         checkpoint_seconds=settings.checkpoint_seconds or None,
+        eval_flush=pruner_acts_on_reports(settings.pruner),
         timeout=float(settings.extra.get("rank_timeout", 300.0)),
     )
 

@@ -105,6 +105,7 @@ def test_callback_can_stop_decentralized(blobs, scheduler):
     ({"max_epochs": -1}, r"max_epochs=-1.*positive number"),
     ({"min_workers": 5, "max_workers": 2}, r"min_workers=5.*max_workers=2"),
     ({"batch_size__factor": -3}, r"batch_size__factor=-3"),
+    ({"eval_flush": "no"}, r"eval_flush='no'.*True or False"),
 ])
 def test_bad_parameters_fail_before_work(blobs, kw, match):
     X, y, _, _ = blobs

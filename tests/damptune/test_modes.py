@@ -101,6 +101,46 @@ def test_ranks_follow_batch_size(blobs, scheduler, mode):
     )
 
 
+def _run_counting_tasks(scheduler, cfg, data, callback=None):
+    """Train on the cluster; the state and the tasks its workers ran, by function name."""
+    with Client(scheduler, timeout="10s") as client:
+        client.register_plugin(TasksPerKind())
+        try:
+            state = train(cfg, data, cluster=scheduler, callback=callback)
+            counts = sum(client.run(lambda dask_worker: dask_worker.plugins[
+                "tasks-per-kind"].counts).values(), Counter())
+        finally:
+            client.unregister_worker_plugin("tasks-per-kind")
+    return state, counts
+
+
+@pytest.mark.parametrize("mode", ["centralized", "decentralized"])
+def test_evaluations_that_travel_with_the_segment_give_the_same_run_in_one_segment(
+        reference, blobs, scheduler, mode):
+    """eval_flush=False: a regular evaluation no longer ends the ranks' segment (one Dask task
+    per rank and a round trip to the driver each). The callback sees the same records in the
+    same order, and the run still equals the single-process oracle; with flush_seconds out of
+    reach, the whole run is one segment."""
+    data = TrainData.from_arrays(*blobs)
+    runs = {}
+    for flush in (True, False):
+        seen = []
+        cfg = config(mode, 2, eval_flush=flush, flush_seconds=3600.0,
+                     compute_per_example=1e-4, compute_fixed=0.0)
+        state, counts = _run_counting_tasks(scheduler, cfg, data, callback=seen.append)
+        runs[flush] = ([(type(r).__name__, r.update, getattr(r, "loss", None),
+                         getattr(r, "test_accuracy", None), r.time_sim) for r in seen],
+                       counts["rank_advance"])
+        np.testing.assert_allclose(losses(state), losses(reference), rtol=1e-5)
+        assert ([r["test_accuracy"] for r in state.history if r["kind"] == "eval"]
+                == [r["test_accuracy"] for r in reference.history if r["kind"] == "eval"])
+    (with_flush, segments_flushed), (without, segments) = runs[True], runs[False]
+    assert sum(kind == "EvalRecord" for kind, *_ in with_flush) == 3  # one per epoch
+    assert without == with_flush
+    assert segments == 2, segments  # one segment, on each of the 2 ranks
+    assert segments_flushed >= 2 * 3, segments_flushed  # a segment per evaluation
+
+
 def test_history_records_carry_documented_fields(reference):
     update_keys = {"update", "epoch", "examples_seen", "batch_size", "lr", "damping",
                    "n_workers", "loss", "time_compute", "time_comm", "time_update"}

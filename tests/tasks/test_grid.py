@@ -140,3 +140,18 @@ def test_the_trial_config_carries_the_grid_device():
                           load_dataset("synthetic", seed=0))
     assert (config.device, config.backend, config.share_gpus) == ("auto", "auto", False)
     assert config.micro_batch_size == settings.per_worker_batch
+
+
+@pytest.mark.parametrize(("pruner", "flush"), [("bound", False), ("none", False),
+                                                ("hyperband", True), ("sha", True)])
+def test_only_a_pruner_that_reads_reports_ends_the_ranks_segment_at_each_evaluation(
+        pruner, flush):
+    """Hyperband and SHA stop a trial on a report: the ranks must stop there for it, so each
+    regular evaluation ends their segment. ``bound`` (the engine's simulated-time budget) and
+    ``none`` read no report: evaluations travel with the segment, with fewer round trips."""
+    from models import load_dataset
+    from tasks.trial import trial_config
+
+    config = trial_config(GridSettings(pruner=pruner), Cell(2, "geodamp", "mlp"),
+                          {"factor": 2.0, "delay": 1}, load_dataset("synthetic", seed=0))
+    assert config.eval_flush is flush
