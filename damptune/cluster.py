@@ -172,15 +172,20 @@ class ClusterWorkers:
 
 
 # one scattered copy per (client, dataset): every run of this process that shares a client
-# (trials of a grid) shares it; keyed by the client's id since futures die with their client
+# shares it; keyed by the client's id since futures die with their client (entries of closed
+# clients are dropped)
 _SCATTERED: dict[tuple[str, str], Any] = {}
 
 
-def scatter_data(client: Client, data: TrainData, *, again: bool = False) -> Any:
-    """Send the data to every worker once per cluster; return its future (cached per client).
+def scatter_data(client: Client, data: TrainData, *, workers: list[str] | None = None,
+                 again: bool = False) -> Any:
+    """Send the data to ``workers`` (default: every worker) once per client; return its
+    future. A task on another worker fetches it from one that holds it.
 
     ``again``: send it anew even if the cached future still looks finished (the scheduler
     reported it lost with a dead worker before its status changed here)."""
+    for old in [k for k, f in _SCATTERED.items() if f.client.status in ("closing", "closed")]:
+        del _SCATTERED[old]
     digest = hashlib.sha1()
     for t in (data.X, data.y, data.X_test, data.y_test):
         if t is not None:
@@ -189,7 +194,7 @@ def scatter_data(client: Client, data: TrainData, *, again: bool = False) -> Any
     key = (client.id, digest.hexdigest())
     if again or key not in _SCATTERED or _SCATTERED[key].status != "finished":
         # first time, or every worker holding it died: send it again from here
-        _SCATTERED[key] = client.scatter(data, broadcast=True, hash=False)
+        _SCATTERED[key] = client.scatter(data, workers=workers, broadcast=True, hash=False)
     return _SCATTERED[key]
 
 

@@ -186,7 +186,8 @@ class SegmentRunner:
             self.teardown(timeout=10.0)
         del state.history[self.synced_len:]
         self.group.replace(set(), need=self.world, timeout=self.config.timeout)
-        self.data_future = scatter_data(self.client, self.data)  # again if its holders died
+        # again if its holders died
+        self.data_future = scatter_data(self.client, self.data, workers=self.group.addresses)
 
     def teardown(self, timeout: float | None = None) -> None:
         """Release the ranks. A rank whose worker left or does not answer holds nothing this

@@ -357,7 +357,8 @@ def _open_runner(stack: contextlib.ExitStack, state: TrainState, data: TrainData
     watch = PreemptionWatch(client)
     stack.callback(watch.close)
     runner = SegmentRunner(client=client, config=config, data=data,
-                           data_future=scatter_data(client, data), group=group)
+                           data_future=scatter_data(client, data, workers=group.addresses),
+                           group=group)
     return runner, _Notices(watch, group)
 
 

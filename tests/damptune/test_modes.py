@@ -141,6 +141,25 @@ def test_evaluations_that_travel_with_the_segment_give_the_same_run_in_one_segme
     assert segments_flushed >= 2 * 3, segments_flushed  # a segment per evaluation
 
 
+def test_the_data_goes_only_to_the_workers_the_run_trains_on(blobs, scheduler):
+    """A run on 2 of the cluster's 4 workers (a trial of a grid that shares its cluster)
+    sends its data to those 2: the others receive nothing and run nothing of it."""
+    with Client(scheduler, timeout="10s") as client:
+        mine = sorted(client.scheduler_info()["workers"])[:2]
+        client.register_plugin(TasksPerKind())
+        try:
+            train(config("centralized", 2), TrainData.from_arrays(*blobs), cluster=scheduler,
+                  workers=mine)
+            per_worker = client.run(lambda dask_worker: dict(
+                dask_worker.plugins["tasks-per-kind"].counts))
+        finally:
+            client.unregister_worker_plugin("tasks-per-kind")
+    assert len(per_worker) == 4
+    got_data = {w for w, counts in per_worker.items() if counts.get("TrainData")}
+    assert got_data == set(mine), per_worker
+    assert all(not counts for w, counts in per_worker.items() if w not in mine), per_worker
+
+
 def test_history_records_carry_documented_fields(reference):
     update_keys = {"update", "epoch", "examples_seen", "batch_size", "lr", "damping",
                    "n_workers", "loss", "time_compute", "time_comm", "time_update"}
