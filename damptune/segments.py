@@ -187,7 +187,8 @@ class SegmentRunner:
         del state.history[self.synced_len:]
         self.group.replace(set(), need=self.world, timeout=self.config.timeout)
         # again if its holders died
-        self.data_future = scatter_data(self.client, self.data, workers=self.group.addresses)
+        self.data_future = scatter_data(self.client, self.data,
+                                        workers=self.group.addresses[: self.world])
 
     def teardown(self, timeout: float | None = None) -> None:
         """Release the ranks. A rank whose worker left or does not answer holds nothing this

@@ -57,7 +57,7 @@ from damptune.loop import (
 from damptune.netmodel import calibrate_compute
 from damptune.preemption import PreemptionWatch
 from damptune.records import Record, ResumeRecord
-from damptune.segments import SegmentRunner
+from damptune.segments import SegmentRunner, group_size
 from damptune.state import GLOBAL_RNG_LOCK, TrainData, TrainState, build_model, resolve_device
 
 __all__ = ["train", "calibrate", "with_calibration", "Callback", "Runner", "STOPPED_BY_BOUND"]
@@ -356,9 +356,9 @@ def _open_runner(stack: contextlib.ExitStack, state: TrainState, data: TrainData
         config = state.config = _measure_on(client, group.addresses[0], config, data)
     watch = PreemptionWatch(client)
     stack.callback(watch.close)
+    ranks = group.addresses[: group_size(config, len(group.addresses))]
     runner = SegmentRunner(client=client, config=config, data=data,
-                           data_future=scatter_data(client, data, workers=group.addresses),
-                           group=group)
+                           data_future=scatter_data(client, data, workers=ranks), group=group)
     return runner, _Notices(watch, group)
 
 

@@ -141,11 +141,13 @@ def test_evaluations_that_travel_with_the_segment_give_the_same_run_in_one_segme
     assert segments_flushed >= 2 * 3, segments_flushed  # a segment per evaluation
 
 
-def test_the_data_goes_only_to_the_workers_the_run_trains_on(blobs, scheduler):
-    """A run on 2 of the cluster's 4 workers (a trial of a grid that shares its cluster)
-    sends its data to those 2: the others receive nothing and run nothing of it."""
+@pytest.mark.parametrize("given", [True, False])
+def test_the_data_goes_only_to_the_workers_the_ranks_train_on(blobs, scheduler, given):
+    """A run of 2 ranks on a cluster of 4 workers, given 2 of them (a trial of a grid that
+    shares its cluster) or all of them (``damptune train``, the estimator), sends its data to
+    the 2 workers its ranks train on: the others receive nothing and run nothing of it."""
     with Client(scheduler, timeout="10s") as client:
-        mine = sorted(client.scheduler_info()["workers"])[:2]
+        mine = sorted(client.scheduler_info()["workers"])[:2] if given else None
         client.register_plugin(TasksPerKind())
         try:
             train(config("centralized", 2), TrainData.from_arrays(*blobs), cluster=scheduler,
@@ -155,9 +157,10 @@ def test_the_data_goes_only_to_the_workers_the_run_trains_on(blobs, scheduler):
         finally:
             client.unregister_worker_plugin("tasks-per-kind")
     assert len(per_worker) == 4
-    got_data = {w for w, counts in per_worker.items() if counts.get("TrainData")}
-    assert got_data == set(mine), per_worker
-    assert all(not counts for w, counts in per_worker.items() if w not in mine), per_worker
+    ranks = {w for w, counts in per_worker.items() if counts.get("rank_setup")}
+    assert len(ranks) == 2 and (not given or ranks == set(mine)), per_worker
+    assert {w for w, counts in per_worker.items() if counts.get("TrainData")} == ranks
+    assert all(not counts for w, counts in per_worker.items() if w not in ranks), per_worker
 
 
 def test_history_records_carry_documented_fields(reference):
