@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                                      else measure(model, workers, mode, address, args.repeat))
                     ratio = wall / base[1]
                     met = "" if mode == "local" or "+" in mode or workers not in GOALS else (
-                        f"≤ {GOALS.get(workers, 3.0):.0f}×: "
-                        + ("met" if ratio <= GOALS.get(workers, 3.0) else "not met"))
+                        f"≤ {GOALS[workers]:.0f}×: "
+                        + ("met" if ratio <= GOALS[workers] else "not met"))
                     verdicts.append(met)
                     print(f"| {model} | {workers} | {mode} | {train_s:.2f} | "
                           f"{train_s / base[0]:.2f}× | {wall:.2f} | {ratio:.2f}× | "

@@ -59,17 +59,21 @@ class SegmentRunner:
     """Drives segments on a group of ranks; re-forms the group after a lost worker."""
 
     def __init__(
-        self, *, client: Client, config: TrainConfig, data: TrainData, data_future: Any,
-        group: WorkerGroup,
+        self, *, client: Client, config: TrainConfig, data: TrainData, group: WorkerGroup,
     ) -> None:
         self.world = group_size(config, len(group.addresses))
-        self.client, self.config, self.data, self.data_future = client, config, data, data_future
+        self.client, self.config, self.data = client, config, data
         self.group = group
+        self.data_future = self._scatter()
         self.group_key: str | None = None
         self.ranks: list[str] = []  # the group's workers
         self.synced = True
         self.synced_len = 0  # history records the last synced state covers
         self.recoveries = 0
+
+    def _scatter(self) -> Any:
+        """The data, on the workers the ranks train on (a task elsewhere fetches it)."""
+        return scatter_data(self.client, self.data, workers=self.group.addresses[: self.world])
 
     def _wait(self, futures: list[Any], what: str, *, timeout: float | None = None) -> list[Any]:
         """The ranks' results; a rank's error, or the loss of a rank's worker, at once."""
@@ -186,9 +190,7 @@ class SegmentRunner:
             self.teardown(timeout=10.0)
         del state.history[self.synced_len:]
         self.group.replace(set(), need=self.world, timeout=self.config.timeout)
-        # again if its holders died
-        self.data_future = scatter_data(self.client, self.data,
-                                        workers=self.group.addresses[: self.world])
+        self.data_future = self._scatter()  # again if its holders died
 
     def teardown(self, timeout: float | None = None) -> None:
         """Release the ranks. A rank whose worker left or does not answer holds nothing this

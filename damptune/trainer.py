@@ -33,7 +33,6 @@ from damptune.cluster import (
     WorkerGroup,
     connect,
     gather_within,
-    scatter_data,
     scheduler_address,
     worker_addresses,
 )
@@ -57,7 +56,7 @@ from damptune.loop import (
 from damptune.netmodel import calibrate_compute
 from damptune.preemption import PreemptionWatch
 from damptune.records import Record, ResumeRecord
-from damptune.segments import SegmentRunner, group_size
+from damptune.segments import SegmentRunner
 from damptune.state import GLOBAL_RNG_LOCK, TrainData, TrainState, build_model, resolve_device
 
 __all__ = ["train", "calibrate", "with_calibration", "Callback", "Runner", "STOPPED_BY_BOUND"]
@@ -356,9 +355,7 @@ def _open_runner(stack: contextlib.ExitStack, state: TrainState, data: TrainData
         config = state.config = _measure_on(client, group.addresses[0], config, data)
     watch = PreemptionWatch(client)
     stack.callback(watch.close)
-    ranks = group.addresses[: group_size(config, len(group.addresses))]
-    runner = SegmentRunner(client=client, config=config, data=data,
-                           data_future=scatter_data(client, data, workers=ranks), group=group)
+    runner = SegmentRunner(client=client, config=config, data=data, group=group)
     return runner, _Notices(watch, group)
 
 

@@ -71,6 +71,19 @@ class TasksPerKind(WorkerPlugin):
             self.counts[key.split("-", 1)[0]] += 1
 
 
+def _run_counting_tasks(scheduler, cfg, data, callback=None, workers=None):
+    """Train on the cluster; the state and, per worker, the tasks it ran by function name."""
+    with Client(scheduler, timeout="10s") as client:
+        client.register_plugin(TasksPerKind())
+        try:
+            state = train(cfg, data, cluster=scheduler, callback=callback, workers=workers)
+            per_worker = client.run(lambda dask_worker: Counter(
+                dask_worker.plugins["tasks-per-kind"].counts))
+        finally:
+            client.unregister_worker_plugin("tasks-per-kind")
+    return state, per_worker
+
+
 @pytest.mark.parametrize("mode", ["centralized", "decentralized"])
 def test_ranks_follow_batch_size(blobs, scheduler, mode):
     """P = clip(ceil(B / per_worker_batch), min_workers, max_workers): the group of 4 ranks is
@@ -78,14 +91,8 @@ def test_ranks_follow_batch_size(blobs, scheduler, mode):
     (no task of the driver's per change: only segments, which every rank runs)."""
     X, y, Xt, yt = blobs
     cfg = config(mode, 4, min_workers=1, per_worker_batch=16, max_epochs=4)
-    with Client(scheduler, timeout="10s") as client:
-        client.register_plugin(TasksPerKind())
-        try:
-            state = train(cfg, TrainData.from_arrays(X, y, Xt, yt), cluster=scheduler)
-            counts = sum(client.run(lambda dask_worker: dask_worker.plugins[
-                "tasks-per-kind"].counts).values(), Counter())
-        finally:
-            client.unregister_worker_plugin("tasks-per-kind")
+    state, per_worker = _run_counting_tasks(scheduler, cfg, TrainData.from_arrays(X, y, Xt, yt))
+    counts = sum(per_worker.values(), Counter())
     pairs = {(r["batch_size"], r["n_workers"]) for r in state.history if r["kind"] == "update"}
     assert pairs == {(16, 1), (32, 2), (64, 4), (128, 4)}
     assert counts["rank_setup"] == 4, counts  # one group of max_workers ranks, formed once
@@ -101,17 +108,6 @@ def test_ranks_follow_batch_size(blobs, scheduler, mode):
     )
 
 
-def _run_counting_tasks(scheduler, cfg, data, callback=None):
-    """Train on the cluster; the state and the tasks its workers ran, by function name."""
-    with Client(scheduler, timeout="10s") as client:
-        client.register_plugin(TasksPerKind())
-        try:
-            state = train(cfg, data, cluster=scheduler, callback=callback)
-            counts = sum(client.run(lambda dask_worker: dask_worker.plugins[
-                "tasks-per-kind"].counts).values(), Counter())
-        finally:
-            client.unregister_worker_plugin("tasks-per-kind")
-    return state, counts
 
 
 @pytest.mark.parametrize("mode", ["centralized", "decentralized"])
@@ -127,10 +123,10 @@ def test_evaluations_that_travel_with_the_segment_give_the_same_run_in_one_segme
         seen = []
         cfg = config(mode, 2, eval_flush=flush, flush_seconds=3600.0,
                      compute_per_example=1e-4, compute_fixed=0.0)
-        state, counts = _run_counting_tasks(scheduler, cfg, data, callback=seen.append)
+        state, per_worker = _run_counting_tasks(scheduler, cfg, data, callback=seen.append)
         runs[flush] = ([(type(r).__name__, r.update, getattr(r, "loss", None),
                          getattr(r, "test_accuracy", None), r.time_sim) for r in seen],
-                       counts["rank_advance"])
+                       sum(per_worker.values(), Counter())["rank_advance"])
         np.testing.assert_allclose(losses(state), losses(reference), rtol=1e-5)
         assert ([r["test_accuracy"] for r in state.history if r["kind"] == "eval"]
                 == [r["test_accuracy"] for r in reference.history if r["kind"] == "eval"])
@@ -148,14 +144,8 @@ def test_the_data_goes_only_to_the_workers_the_ranks_train_on(blobs, scheduler, 
     the 2 workers its ranks train on: the others receive nothing and run nothing of it."""
     with Client(scheduler, timeout="10s") as client:
         mine = sorted(client.scheduler_info()["workers"])[:2] if given else None
-        client.register_plugin(TasksPerKind())
-        try:
-            train(config("centralized", 2), TrainData.from_arrays(*blobs), cluster=scheduler,
-                  workers=mine)
-            per_worker = client.run(lambda dask_worker: dict(
-                dask_worker.plugins["tasks-per-kind"].counts))
-        finally:
-            client.unregister_worker_plugin("tasks-per-kind")
+    _, per_worker = _run_counting_tasks(scheduler, config("centralized", 2),
+                                        TrainData.from_arrays(*blobs), workers=mine)
     assert len(per_worker) == 4
     ranks = {w for w, counts in per_worker.items() if counts.get("rank_setup")}
     assert len(ranks) == 2 and (not given or ranks == set(mine)), per_worker
