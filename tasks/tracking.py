@@ -23,6 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from damptune import DamptuneError
 from tasks.grid import Cell, GridSettings
+from tasks.mlflow_store import prepare_sqlite_store
 from tasks.retries import retry
 
 __all__ = [
@@ -88,7 +89,8 @@ _CLIENTS_LOCK = threading.Lock()
 
 def client_for(tracking_uri: str) -> MlflowClient:
     """One client per tracking URI in this process (shared by its threads): building one
-    over SQLite checks the schema, ~1 s each time."""
+    over SQLite checks the schema, ~1 s each time (a new SQLite store is first copied from an
+    empty one, :mod:`tasks.mlflow_store`)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     # MLflow's own retries of one request (default 7 with backoff factor 2: minutes); bounded
     # here so that an outage ends in a clear error (with_retries) within about half a minute
@@ -98,6 +100,7 @@ def client_for(tracking_uri: str) -> MlflowClient:
         os.environ.setdefault(name, value)
     with _CLIENTS_LOCK:
         if tracking_uri not in _CLIENTS:
+            prepare_sqlite_store(tracking_uri)  # a new SQLite store: a copy, not 3 s of schema
             _CLIENTS[tracking_uri] = MlflowClient(tracking_uri=tracking_uri)
         return _CLIENTS[tracking_uri]
 
