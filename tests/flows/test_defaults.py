@@ -1,6 +1,7 @@
 """One set of defaults: the flow's parameters, the grid's settings and `damptune tune`."""
 
 import dataclasses
+import functools
 import importlib
 import os
 import re
@@ -73,6 +74,7 @@ def test_cli_tune_from_a_directory_runs_the_grid_there(tmp_path, monkeypatch):
     assert calls[0]["storage"] == f"sqlite:///{tmp_path}/runs/tiny/optuna.db"
 
 
+@functools.cache  # one process per pytest process: it imports the whole flow (~10 s here)
 def _tune_help() -> dict[str, str]:
     """``{flag: its help text}`` of `damptune tune --help` (a help a line), every flag of an
     option (``--target-accuracy`` and its older name ``--target``) mapped to the same text."""
