@@ -22,6 +22,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # eval_share
 
 GOAL = 0.1
 
@@ -41,8 +42,9 @@ def open_store(path: str, *, copy: bool) -> tuple[float, float]:
 
 
 def spread(values: list[float]) -> str:
-    return (f"{min(values):.3f} / {statistics.median(values):.3f} / {max(values):.3f} s "
-            "(min / median / max)")
+    from eval_share import spread as min_median_max
+
+    return f"{min_median_max(values, '.3f')} s (min / median / max)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,7 +71,7 @@ def _template() -> Path:
         from mlflow.store.db.utils import _initialize_tables  # MLflow's own schema build
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+        tmp = _beside(path)
         engine = sqlalchemy.create_engine(f"sqlite:///{tmp}")
         try:
             _initialize_tables(engine)
@@ -85,7 +85,7 @@ def _copy_new(template: Path, path: Path) -> bool:
     """Copy ``template`` to ``path`` unless something created ``path`` meanwhile (another
     process opening the same store): the copy appears whole, under its name, or not at all.
     Returns whether this call made it."""
-    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp = _beside(path)
     try:
         shutil.copyfile(template, tmp)
         os.link(tmp, path)  # fails if ``path`` exists: never over a store being written
@@ -94,3 +94,8 @@ def _copy_new(template: Path, path: Path) -> bool:
     finally:
         tmp.unlink(missing_ok=True)
     return True
+
+
+def _beside(path: Path) -> Path:
+    """A temporary name next to ``path`` (the same file system: a rename or link is atomic)."""
+    return path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")

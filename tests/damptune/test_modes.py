@@ -108,8 +108,6 @@ def test_ranks_follow_batch_size(blobs, scheduler, mode):
     )
 
 
-
-
 @pytest.mark.parametrize("mode", ["centralized", "decentralized"])
 def test_evaluations_that_travel_with_the_segment_give_the_same_run_in_one_segment(
         reference, blobs, scheduler, mode):
