@@ -123,7 +123,8 @@ def trial_run_config(settings: Any, name: str, ds: Any, calibration: dict[str, A
                      *, to_budget: bool) -> Any:
     """The grid trial's engine configuration of ``name`` (local mode, the run's calibration).
     ``to_budget``: the same evaluation grid, but training goes on past the target to the end
-    of the budget (the stop moves to accuracy 1.0, the dense margin is kept at the target)."""
+    of the budget (the stop moves to accuracy 1.0, the dense margin is kept at the target),
+    and every evaluation is recorded (``eval_checks`` off: the criteria below read them all)."""
     from damptune.trainer import with_calibration
     from tasks.grid import Cell
     from tasks.trial import trial_config
@@ -136,7 +137,7 @@ def trial_run_config(settings: Any, name: str, ds: Any, calibration: dict[str, A
     if not to_budget:
         return config
     target = float(config.target_accuracy)
-    return dataclasses.replace(config, target_accuracy=1.0,
+    return dataclasses.replace(config, target_accuracy=1.0, eval_checks=False,
                                eval_dense_margin=1.0 - target + config.eval_dense_margin)
 
 

@@ -78,6 +78,11 @@ class TrainConfig:
     # with target_accuracy: evaluate after every update while the last evaluation was within
     # this margin below the target (0: off), so a first crossing is found on its update
     eval_dense_margin: float = 0.0
+    # with target_accuracy and eval_dense_margin m > 0: an evaluation the regular schedule
+    # (eval_every) did not ask for, whose accuracy is more than m below the target, is a
+    # check: it only decides that no update is evaluated densely yet, so it records nothing
+    # and stops as soon as that is certain (False: every evaluation is recorded in full)
+    eval_checks: bool = True
     # stop training at the first evaluation whose test accuracy reaches this (None: never)
     target_accuracy: float | None = None
     max_time_sim: float | None = None  # stop once this many simulated seconds are spent
@@ -193,7 +198,7 @@ class TrainConfig:
         if self.target_accuracy is not None:
             number_in("target_accuracy", self.target_accuracy, 0, 1, "an accuracy in (0, 1]")
         choice("backend", self.backend, BACKENDS)
-        for name in ("share_gpus", "eval_flush"):
+        for name in ("share_gpus", "eval_flush", "eval_checks"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "True or False")
         if self.backend == "nccl" and self.device == "cpu":

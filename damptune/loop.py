@@ -10,6 +10,9 @@ gradient norm). Evaluation is measurement, not training: it is charged to neithe
 Evaluations come every ``eval_every`` epochs; with ``eval_resolution`` r > 0, whenever the
 examples seen have grown by the fraction r since the last one; and with ``eval_dense_margin``
 m > 0, after every update while the last evaluation was within m below ``target_accuracy``.
+With m > 0 and ``eval_checks``, an evaluation the ``eval_every`` schedule did not ask for
+that lands more than m below the target is a check: it records nothing (it only says that no
+update is evaluated densely yet) and, on the whole test set, stops as soon as that is certain.
 Test accuracy is noisy (it can touch the target for one update and fall back), so a sparse
 grid alone finds a later crossing than an evaluation after every update would; near the
 target every update is evaluated, so the first crossing is found on its own update.
@@ -72,8 +75,10 @@ class Ops(Protocol):
         """Sum of training losses over the shares (no gradient)."""
         ...
 
-    def evaluate(self, n_ranks: int) -> tuple[float, int, int]:
-        """(loss sum, correct, count) on the evaluation set."""
+    def evaluate(self, n_ranks: int, *, at_least: float | None = None
+                 ) -> tuple[float, int, int] | None:
+        """(loss sum, correct, count) on the evaluation set. With ``at_least``, it may stop
+        and return None as soon as the accuracy is certain to be below it."""
         ...
 
 
@@ -104,19 +109,36 @@ def shard_forward(
 
 
 def shard_evaluate(
-    model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, idx: np.ndarray, chunk: int = 512
-) -> tuple[float, int]:
-    """(loss sum, number correct) over examples ``idx``, in chunks."""
-    loss_sum, correct = 0.0, 0
+    model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, idx: np.ndarray, chunk: int = 256,
+    *, at_least: float | None = None,
+) -> tuple[float, int] | None:
+    """(loss sum, number correct) over examples ``idx``, in chunks: ``chunk`` examples, then
+    each chunk as many as all before it, up to 4 × ``chunk`` (few passes, an early first
+    answer, and memory for at most 4 × ``chunk`` examples). With
+    ``at_least``: None as soon as the accuracy over ``idx`` is certain to be below it (the
+    wrong answers so far leave too few to reach it), so an accuracy below ``at_least`` is
+    always found, early or at the end, by the same comparison."""
+    loss_sum, correct, wrong, n = 0.0, 0, 0, len(idx)
+    whole = n > 0 and int(idx[-1]) - int(idx[0]) + 1 == n and bool(np.all(np.diff(idx) == 1))
+    bounds = [0]
+    while bounds[-1] < n:
+        bounds.append(min(bounds[-1] + min(max(bounds[-1], chunk), 4 * chunk), n))
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        for start in range(0, len(idx), chunk):
-            index = torch.as_tensor(idx[start : start + chunk], device=X.device)
-            out = model(X[index])
-            loss_sum += float(F.cross_entropy(out, y[index], reduction="sum"))
-            correct += int((out.argmax(1) == y[index]).sum())
-    model.train(was_training)
+    try:
+        with torch.inference_mode():
+            for start, stop in zip(bounds, bounds[1:], strict=False):
+                rows: slice | torch.Tensor = (
+                    slice(int(idx[0]) + start, int(idx[0]) + stop) if whole
+                    else torch.as_tensor(idx[start:stop], device=X.device))
+                out, labels = model(X[rows]), y[rows]
+                loss_sum += float(F.cross_entropy(out, labels, reduction="sum"))
+                hits = int((out.argmax(1) == labels).sum())
+                correct, wrong = correct + hits, wrong + len(labels) - hits
+                if at_least is not None and (n - wrong) / n < at_least:
+                    return None
+    finally:
+        model.train(was_training)
     return loss_sum, correct
 
 
@@ -160,12 +182,13 @@ class LocalOps(StepHere):
         idx = np.concatenate(shares)
         return shard_forward(self.model, self.data.X, self.data.y, idx, grad=False)
 
-    def evaluate(self, n_ranks: int) -> tuple[float, int, int]:
+    def evaluate(self, n_ranks: int, *, at_least: float | None = None
+                 ) -> tuple[float, int, int] | None:
         X, y = self.data.X_test, self.data.y_test
         if X is None or y is None:
             return float("nan"), 0, 0
-        loss, correct = shard_evaluate(self.model, X, y, np.arange(len(y)))
-        return loss, correct, len(y)
+        sums = shard_evaluate(self.model, X, y, np.arange(len(y)), at_least=at_least)
+        return None if sums is None else (*sums, len(y))
 
 
 def train_loss_subset(state: TrainState) -> np.ndarray:
@@ -280,8 +303,9 @@ def _boundary(state: TrainState, ops: Ops, *, flag: int, n_ranks: int, emit: Emi
     cfg = state.config
     regular = regular_eval_due(state)
     if regular or eval_due(state):
-        record = evaluate(state, ops, emit=emit, n_ranks=n_ranks)
-        if cfg.target_accuracy is not None and record.test_accuracy >= cfg.target_accuracy:
+        record = evaluate(state, ops, emit=emit, n_ranks=n_ranks, check=not regular)
+        if (record is not None and cfg.target_accuracy is not None
+                and record.test_accuracy >= cfg.target_accuracy):
             state.target_reached = True
             return TARGET
     if cfg.max_time_sim is not None and state.time_sim >= cfg.max_time_sim:
@@ -323,14 +347,32 @@ def eval_due(state: TrainState) -> bool:
             and state.last_eval_accuracy >= cfg.target_accuracy - cfg.eval_dense_margin)
 
 
-def evaluate(state: TrainState, ops: Ops, *, emit: Emit, n_ranks: int) -> EvalRecord:
+def check_floor(state: TrainState) -> float | None:
+    """The accuracy below which an unscheduled evaluation is a check (``eval_checks``): the
+    target less the dense margin; None where there are no checks."""
+    cfg = state.config
+    if not cfg.eval_checks or cfg.eval_dense_margin <= 0 or cfg.target_accuracy is None:
+        return None
+    return cfg.target_accuracy - cfg.eval_dense_margin
+
+
+def evaluate(state: TrainState, ops: Ops, *, emit: Emit, n_ranks: int,
+             check: bool = False) -> EvalRecord | None:
     """Evaluate on the held-out set, record and emit the result. Measurement, not training:
-    neither clock is charged."""
+    neither clock is charged. With ``check`` (the regular schedule did not ask for it), an
+    accuracy below :func:`check_floor` records nothing and returns None: it only says that
+    no update is evaluated densely yet (every mode decides it alike, on the whole set)."""
     cfg = state.config
     while state.next_eval * cfg.eval_every <= state.epoch:
         state.next_eval += 1
     state.last_eval_examples = state.examples_seen
-    loss_sum, correct, count = ops.evaluate(n_ranks)
+    floor = check_floor(state) if check else None
+    sums = ops.evaluate(n_ranks, at_least=floor)
+    if floor is not None and (sums is None or (sums[2] and sums[1] / sums[2] < floor)):
+        state.last_eval_accuracy = 0.0  # below the floor: not within the dense margin
+        return None
+    assert sums is not None
+    loss_sum, correct, count = sums
     accuracy = correct / count if count else float("nan")
     state.best_accuracy = max(state.best_accuracy, accuracy)
     record = EvalRecord(

@@ -181,12 +181,18 @@ class RankOps(StepHere):
         device = next(self.model.parameters()).device
         return float(self._all_reduce(torch.tensor([loss], dtype=torch.float64, device=device)))
 
-    def evaluate(self, n_ranks: int) -> tuple[float, int, int]:
+    def evaluate(self, n_ranks: int, *, at_least: float | None = None
+                 ) -> tuple[float, int, int] | None:
         X, y = self.data.X_test, self.data.y_test
         if X is None or y is None:
             return float("nan"), 0, 0
+        if self.procs == 1:  # the whole set here: it may stop early, as LocalOps does
+            sums = shard_evaluate(self.model, X, y, np.arange(len(y)), at_least=at_least)
+            return None if sums is None else (*sums, len(y))
         idx = np.array_split(np.arange(len(y)), self.procs)[self.rank]
-        loss, correct = shard_evaluate(self.model, X, y, idx)
+        shard = shard_evaluate(self.model, X, y, idx)
+        assert shard is not None  # no at_least: never stops early
+        loss, correct = shard
         device = next(self.model.parameters()).device
         out = self._all_reduce(torch.tensor([loss, correct], dtype=torch.float64, device=device))
         return float(out[0]), int(round(float(out[1]))), len(y)

@@ -58,6 +58,28 @@ def test_modes_match_single_process_reference(reference, blobs, scheduler, mode,
     assert accs == ref_accs
 
 
+CHECKED = dict(target_accuracy=0.97, eval_resolution=0.02, eval_dense_margin=0.06)
+
+
+def _evals(state):
+    return [(r["update"], r["test_accuracy"]) for r in state.history if r["kind"] == "eval"]
+
+
+@pytest.mark.parametrize(("mode", "workers"), [("centralized", 1), ("decentralized", 2)])
+def test_checks_match_the_single_process_reference(blobs, scheduler, mode, workers):
+    """An evaluation far below the target is a check in every mode alike: one process stops it
+    early, P ranks evaluate their shards and sum; the same records, the same crossing."""
+    X, y, Xt, yt = blobs
+    data = TrainData.from_arrays(X, y, Xt, yt)
+    reference = train(config("local", 1, **CHECKED), data)
+    every = train(config("local", 1, eval_checks=False, **CHECKED), data)
+    state = train(config(mode, workers, **CHECKED), data, cluster=scheduler)
+    assert state.target_reached and reference.target_reached
+    assert _evals(state) == _evals(reference)
+    assert set(_evals(reference)) < set(_evals(every))  # the checks recorded nothing
+    assert all(acc >= 0.97 - 0.06 for _, acc in _evals(reference))
+
+
 class TasksPerKind(WorkerPlugin):
     """Counts the tasks each worker finished, by function name (the key's prefix)."""
 

@@ -3,7 +3,9 @@ and after every update within 6 points of the target, give a value within 2 % of
 evaluation after every update gives (the reference), and evaluation is charged to neither
 clock."""
 
+import numpy as np
 import pytest
+import torch
 
 from damptune import TrainConfig, TrainData, train
 from damptune.netmodel import time_to_target
@@ -24,13 +26,13 @@ def mnist1d():
     return TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
 
 
-def run(data, damper, *, resolution, target=0.6, margin=0.06):
+def run(data, damper, *, resolution, target=0.6, margin=0.06, checks=True):
     cfg = TrainConfig(
         module="models.mlp:MLP", module_kwargs={"input_shape": (40,), "n_classes": 10},
         optimizer_kwargs={"momentum": 0.9}, lr=0.05, damper=damper,
         damper_kwargs=DAMPERS[damper], max_batch_size=512, per_worker_batch=32, max_workers=16,
         max_epochs=12, eval_every=1.0, eval_resolution=resolution, target_accuracy=target,
-        eval_dense_margin=margin,
+        eval_dense_margin=margin, eval_checks=checks,
         compute_per_example=2e-5, compute_fixed=1e-4, compute_forward_per_example=7e-6,
         compute_forward_fixed=5e-5, compute_norm=2e-5, seed=0)
     return train(cfg, data)
@@ -50,7 +52,7 @@ def dense_run(data, damper):
     a lower one is where a dense run stopped at that one would stop: evaluation changes
     nothing, `test_evaluation_is_charged_to_neither_clock`); one per damper for the module."""
     if damper not in _DENSE:
-        _DENSE[damper] = run(data, damper, resolution=1e-9, target=max(TARGETS))
+        _DENSE[damper] = run(data, damper, resolution=1e-9, target=max(TARGETS), checks=False)
     return _DENSE[damper]
 
 
@@ -86,7 +88,7 @@ def test_a_sparse_grid_alone_misses_the_first_crossing(mnist1d):
 
 def test_evaluation_is_charged_to_neither_clock(mnist1d):
     sparse = run(mnist1d, "geodamp", resolution=0.0, target=0.99)
-    dense = run(mnist1d, "geodamp", resolution=1e-9, target=0.99)
+    dense = run(mnist1d, "geodamp", resolution=1e-9, target=0.99, checks=False)
     assert sparse.update == dense.update  # same training, 12 epochs
     assert sparse.time_sim == pytest.approx(dense.time_sim, rel=1e-12)
     # measured: each update adds its own time_update, an evaluation adds nothing
@@ -97,6 +99,59 @@ def test_evaluation_is_charged_to_neither_clock(mnist1d):
         else:
             assert r["time_elapsed"] == last
         last = r["time_elapsed"]
+
+
+def _training(state):
+    return [(r["update"], r["batch_size"], r["loss"], r["time_sim"])
+            for r in state.history if r["kind"] == "update"]
+
+
+def _evals(state):
+    return [(r["update"], r["test_accuracy"], r["test_loss"])
+            for r in state.history if r["kind"] == "eval"]
+
+
+@pytest.mark.parametrize("damper", ["geodamplr", "padadamp"])
+def test_checks_change_the_records_only(mnist1d, damper):
+    """An unscheduled evaluation more than the margin below the target records nothing; the
+    training, the crossing, every evaluation within the margin and every epoch's are kept."""
+    full = run(mnist1d, damper, resolution=0.02, target=0.62, checks=False)
+    checked = run(mnist1d, damper, resolution=0.02, target=0.62)
+    assert _training(checked) == _training(full) and checked.update == full.update
+    assert reached_at(checked, 0.62) == reached_at(full, 0.62)
+    floor = 0.62 - 0.06
+    kept, every = _evals(checked), _evals(full)
+    assert set(kept) <= set(every)
+    assert [e for e in every if e[1] >= floor] == [e for e in kept if e[1] >= floor]
+    dropped = set(every) - set(kept)
+    assert dropped and all(acc < floor for _, acc, _ in dropped)
+    assert len(dropped) > len(every) / 4, (len(dropped), len(every))
+    epochs = {r["update"]: r["epoch"] for r in full.history if r["kind"] == "eval"}
+    for k in range(1, int(full.epoch) + 1):  # the first evaluation in each epoch k on
+        first = min(u for u, e in epochs.items() if e >= k)
+        assert first in {u for u, _, _ in kept}, (k, first)
+
+
+def test_a_check_stops_as_soon_as_the_accuracy_is_certainly_below(mnist1d):
+    from damptune.loop import shard_evaluate
+    from models.mlp import MLP
+
+    torch.manual_seed(0)
+    model = MLP(input_shape=(40,), n_classes=10)
+    passes = []
+    model.register_forward_hook(lambda m, args, out: passes.append(len(out)))
+    X, y = mnist1d.X_test, mnist1d.y_test
+    idx = np.arange(len(y))
+    loss, correct = shard_evaluate(model, X, y, idx)
+    accuracy, whole = correct / len(y), len(passes)
+    assert passes == [256, 256, 488] and 0 < accuracy < 0.3  # untrained: near chance
+    passes.clear()
+    assert shard_evaluate(model, X, y, idx, at_least=0.9) is None
+    assert len(passes) == 1  # one chunk of 256 leaves fewer than 90 % possible
+    passes.clear()
+    assert shard_evaluate(model, X, y, idx, at_least=accuracy) == (loss, correct)
+    assert shard_evaluate(model, X, y, idx, at_least=np.nextafter(accuracy, 1.0)) is None
+    assert len(passes) == 2 * whole  # at the accuracy itself, only the end decides
 
 
 def test_adadamp_loss_pass_is_charged(mnist1d):
