@@ -172,19 +172,21 @@ def find_trial_run(client: MlflowClient, exp_id: str, *, cell_key: str, number: 
 
 def child_run(
     client: MlflowClient, exp_id: str, *, parent_id: str, cell_key: str, number: int,
-    params: dict[str, Any],
-) -> str:
-    """The trial's run, nested under the cell's (``mlflow.parentRunId``); reused on rerun."""
+    params: dict[str, Any], tags: dict[str, str] | None = None,
+) -> tuple[str, bool]:
+    """The trial's run, nested under the cell's (``mlflow.parentRunId``), created RUNNING with
+    ``tags`` besides its own; reused on rerun. (Its id, whether it existed: then it is left as
+    it was, tags and status included.)"""
     found = find_trial_run(client, exp_id, cell_key=cell_key, number=number)
     if found:
-        return found
+        return found, True
     run = client.create_run(exp_id, run_name=f"{cell_key}/trial-{number}", tags={
-        "mlflow.parentRunId": parent_id, CELL_TAG: cell_key, TRIAL_TAG: str(number),
-        "damptune.kind": "trial", STAGE_TAG: stage_of(cell_key),
+        **(tags or {}), "mlflow.parentRunId": parent_id, CELL_TAG: cell_key,
+        TRIAL_TAG: str(number), "damptune.kind": "trial", STAGE_TAG: stage_of(cell_key),
     })
     client.log_batch(run.info.run_id, params=[Param(k, redact(str(v))[:6000])
                                               for k, v in params.items()])
-    return run.info.run_id
+    return run.info.run_id, False
 
 
 class MetricBuffer:
@@ -205,14 +207,18 @@ class MetricBuffer:
         if len(self.metrics) >= self.size or time.monotonic() - self.sent_at >= self.interval:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, tags: dict[str, Any] | None = None) -> None:
+        """Send what is waiting; ``tags`` travel with the last batch (alone if none waits)."""
         self.sent_at = time.monotonic()
-        while self.metrics:
+        run_tags = [RunTag(k, redact(str(v))) for k, v in (tags or {}).items()]
+        while self.metrics or run_tags:
             chunk, self.metrics = self.metrics[:1000], self.metrics[1000:]
-            self._send(chunk)
+            self._send(chunk, [] if self.metrics else run_tags)
+            if not self.metrics:
+                run_tags = []
 
-    def _send(self, chunk: list[Metric]) -> None:
-        with_retries(lambda: self.client.log_batch(self.run_id, metrics=chunk),
+    def _send(self, chunk: list[Metric], tags: list[RunTag]) -> None:
+        with_retries(lambda: self.client.log_batch(self.run_id, metrics=chunk, tags=tags),
                      what="logging metrics")
 
 

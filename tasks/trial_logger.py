@@ -61,15 +61,16 @@ class MlflowTrialLogger:
         """Create (or find again) the trial's run and mark it RUNNING (tagged
         ``damptune.seeded_from`` when a warm start enqueued it), with ``dataset`` as its
         input; start its system metrics; returns its id."""
-        self.run_id = tracking.with_retries(lambda: tracking.child_run(
+        tags = {"damptune.seeded_from": seeded_from} if seeded_from else {}
+        self.run_id, existed = tracking.with_retries(lambda: tracking.child_run(
             self.client, experiment_id, parent_id=parent_run_id, cell_key=cell_key,
-            number=number, params=params), what="creating the trial's run")
-        if seeded_from:
-            tracking.with_retries(lambda: tracking.set_tags(
-                self.client, self.run_id, {"damptune.seeded_from": seeded_from}),
-                what="tagging the trial's run")
-        tracking.with_retries(lambda: self.client.update_run(self.run_id, status="RUNNING"),
-                              what="reopening the run")  # a resumed trial continues its run
+            number=number, params=params, tags=tags), what="creating the trial's run")
+        if existed:  # a resumed trial continues its run (a new one is created RUNNING)
+            if tags:
+                tracking.with_retries(lambda: tracking.set_tags(self.client, self.run_id, tags),
+                                      what="tagging the trial's run")
+            tracking.with_retries(lambda: self.client.update_run(self.run_id, status="RUNNING"),
+                                  what="reopening the run")
         if dataset is not None:  # MLflow keeps one input per dataset and run: a rerun adds none
             tracking.with_retries(lambda: self.client.log_inputs(self.run_id, [dataset]),
                                   what="logging the trial's dataset")
@@ -101,6 +102,10 @@ class MlflowTrialLogger:
         self.next_eval_epoch = record.epoch + self.eval_spacing
         self.held = None
 
+    def _log_held(self) -> None:
+        if self.held is not None:  # the trial's last evaluation
+            self._log_eval(self.held)
+
     def log_resumed_attempt(self, started: dict[str, Any]) -> None:
         """What a resumed attempt redoes: the work its dead predecessor lost."""
         assert self.metrics is not None, "open() the run first"
@@ -119,10 +124,8 @@ class MlflowTrialLogger:
             "lost_updates_total": work["lost_updates"],
             "lost_seconds_total": work["lost_seconds"], **_measured_overhead(state)},
             step=state.update)
-        self.metrics.flush()
-        tracking.with_retries(lambda: tracking.set_tags(
-            self.client, self.run_id, {"damptune.state": result.state.value}),
-            what="tagging the trial's run")
+        self._log_held()
+        self.metrics.flush(tags={"damptune.state": result.state.value})  # one request
         self.end("FINISHED")
         if self.plots is not None and result.state is TrialState.COMPLETE:  # pruned: no plots
             self.plots.submit(self.client, self.run_id, state.history, target=self.target)
@@ -131,8 +134,7 @@ class MlflowTrialLogger:
         """Flush what is buffered and end the run with ``status`` (KILLED, FAILED, FINISHED)."""
         self.stop_system_metrics()
         if self.metrics is not None:
-            if self.held is not None:  # the trial's last evaluation
-                self._log_eval(self.held)
+            self._log_held()
             self.metrics.flush()
         tracking.with_retries(lambda: self.client.set_terminated(self.run_id, status=status),
                               what=f"ending the trial's run ({status})")

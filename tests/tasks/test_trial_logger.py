@@ -42,3 +42,66 @@ def test_a_run_stopped_below_the_target_logs_its_last_evaluation(tmp_path):
     steps, values = _logged(tmp_path, "pruned", 237, lambda u: 0.3 + u / 10_000)
     assert steps[-1] == 237 and values[237] == 0.3 + 237 / 10_000
     assert 237 - 1 not in steps and len(steps) <= 2.37 * 4 + 2
+
+
+def _counting(client):
+    """Count the calls the client makes to its (real) tracking store, by method."""
+    from collections import Counter
+
+    store, calls = client._tracking_client.store, Counter()
+    for name in ("search_runs", "create_run", "log_batch", "update_run_info", "log_inputs"):
+        real = getattr(store, name)
+
+        def counted(*args, _name=name, _real=real, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        setattr(store, name, counted)
+    return calls
+
+
+def test_a_trial_run_costs_mlflow_five_requests_and_a_rerun_reopens_it(tmp_path, blobs):
+    """A new trial's run: found or created RUNNING with its tags, its params, its metrics with
+    the state tag in one batch, ended; a rerun of the trial reopens the same run."""
+    from damptune import TrainConfig, TrainData, train
+    from tasks.results import TrialResult, TrialState
+
+    X, y, Xt, yt = blobs
+    state = train(TrainConfig(module="models.mlp:MLP", module_kwargs={
+        "input_shape": (12,), "n_classes": 3, "hidden": 8}, max_epochs=1, seed=0),
+        TrainData.from_arrays(X, y, Xt, yt))
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exp_id = client.create_experiment("requests")
+    parent = client.create_run(exp_id).info.run_id
+    calls = _counting(client)
+
+    def opened():
+        logger = MlflowTrialLogger(client, None, metrics_every=15, target=0.6)
+        run_id = logger.open(exp_id, parent_run_id=parent, cell_key="n2/geodamp/mlp",
+                             number=3, params={"factor": 2.0}, seeded_from="n1/geodamp/mlp#0")
+        return logger, run_id
+
+    logger, run_id = opened()
+    assert client.get_run(run_id).info.status == "RUNNING"
+    for record in state.history:
+        logger(EvalRecord(**{k: v for k, v in record.items() if k != "kind"})
+               if record["kind"] == "eval" else _update(record))
+    logger.finish(TrialResult(3, TrialState.COMPLETE, {"factor": 2.0}, value=1.5),
+                  state, {"attempts": 1, "lost_updates": 0, "lost_seconds": 0.0})
+    assert dict(calls) == {"search_runs": 1, "create_run": 1, "log_batch": 2,
+                           "update_run_info": 1}
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params == {"factor": "2.0"}
+    assert run.data.tags["damptune.state"] == "COMPLETE"
+    assert run.data.tags["damptune.seeded_from"] == "n1/geodamp/mlp#0"
+    assert run.data.metrics["objective"] == 1.5 and "test_accuracy" in run.data.metrics
+    again, same = opened()
+    assert same == run_id and client.get_run(run_id).info.status == "RUNNING"
+    again.end("KILLED")
+    assert client.get_run(run_id).info.status == "KILLED"
+
+
+def _update(record):
+    from damptune import UpdateRecord
+
+    return UpdateRecord(**{k: v for k, v in record.items() if k != "kind"})
