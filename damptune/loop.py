@@ -114,10 +114,10 @@ def shard_evaluate(
 ) -> tuple[float, int] | None:
     """(loss sum, number correct) over examples ``idx``, in chunks: ``chunk`` examples, then
     each chunk as many as all before it, up to 4 × ``chunk`` (few passes, an early first
-    answer, and memory for at most 4 × ``chunk`` examples). With
-    ``at_least``: None as soon as the accuracy over ``idx`` is certain to be below it (the
-    wrong answers so far leave too few to reach it), so an accuracy below ``at_least`` is
-    always found, early or at the end, by the same comparison."""
+    answer, and memory for at most 4 × ``chunk`` examples). With ``at_least``: None as soon
+    as the accuracy over ``idx`` is certain to be below it (the wrong answers so far leave
+    too few to reach it), so an accuracy below ``at_least`` is always found, early or at the
+    end, by the same comparison."""
     loss_sum, correct, wrong, n = 0.0, 0, 0, len(idx)
     whole = n > 0 and int(idx[-1]) - int(idx[0]) + 1 == n and bool(np.all(np.diff(idx) == 1))
     bounds = [0]
