@@ -71,6 +71,7 @@ def counted_requests() -> collections.Counter[str]:
 def one_trial(client: Any, exp_id: str, parent: str, number: int, state: Any,
               before: bool) -> None:
     """Log one trial as the grid does; ``before``: with the two requests it made before."""
+    from damptune.records import record_from_dict
     from tasks import tracking
     from tasks.results import TrialResult, TrialState
     from tasks.trial_logger import MlflowTrialLogger
@@ -81,18 +82,11 @@ def one_trial(client: Any, exp_id: str, parent: str, number: int, state: Any,
     if before:
         client.update_run(run_id, status="RUNNING")
     for record in state.history:
-        logger(record_of(record))
+        logger(record_from_dict(record))
     if before:
         tracking.set_tags(client, run_id, {"damptune.state": "COMPLETE"})
     logger.finish(TrialResult(number, TrialState.COMPLETE, {}, value=1.0), state,
                   {"attempts": 1, "lost_updates": 0, "lost_seconds": 0.0})
-
-
-def record_of(record: dict[str, Any]) -> Any:
-    from damptune import EvalRecord, UpdateRecord
-
-    kind = EvalRecord if record["kind"] == "eval" else UpdateRecord
-    return kind(**{k: v for k, v in record.items() if k != "kind"})
 
 
 def history() -> Any:

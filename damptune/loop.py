@@ -41,7 +41,7 @@ from damptune.sampler import split_shares
 from damptune.state import TrainData, TrainState
 
 __all__ = ["Ops", "LocalOps", "StepHere", "advance", "optimizer_step", "shard_forward",
-           "shard_evaluate", "Emit", "TARGET", "MAX_TIME_SIM"]
+           "shard_evaluate", "evaluate_all", "Emit", "TARGET", "MAX_TIME_SIM"]
 
 Emit = Callable[[Record], None]
 # Why `advance` returned: training is over, or a boundary where the driver must act.
@@ -109,17 +109,16 @@ def shard_forward(
 
 
 def shard_evaluate(
-    model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, idx: np.ndarray, chunk: int = 256,
+    model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, rows: range, chunk: int = 256,
     *, at_least: float | None = None,
 ) -> tuple[float, int] | None:
-    """(loss sum, number correct) over examples ``idx``, in chunks: ``chunk`` examples, then
-    each chunk as many as all before it, up to 4 × ``chunk`` (few passes, an early first
-    answer, and memory for at most 4 × ``chunk`` examples). With ``at_least``: None as soon
-    as the accuracy over ``idx`` is certain to be below it (the wrong answers so far leave
-    too few to reach it), so an accuracy below ``at_least`` is always found, early or at the
-    end, by the same comparison."""
-    loss_sum, correct, wrong, n = 0.0, 0, 0, len(idx)
-    whole = n > 0 and int(idx[-1]) - int(idx[0]) + 1 == n and bool(np.all(np.diff(idx) == 1))
+    """(loss sum, number correct) over the consecutive examples ``rows``, in chunks: ``chunk``
+    examples, then each chunk as many as all before it, up to 4 × ``chunk`` (few passes, an
+    early first answer, and memory for at most 4 × ``chunk`` examples). With ``at_least``:
+    None as soon as the accuracy over ``rows`` is certain to be below it (the wrong answers so
+    far leave too few to reach it), so an accuracy below ``at_least`` is always found, early
+    or at the end, by the same comparison."""
+    loss_sum, correct, wrong, n = 0.0, 0, 0, len(rows)
     bounds = [0]
     while bounds[-1] < n:
         bounds.append(min(bounds[-1] + min(max(bounds[-1], chunk), 4 * chunk), n))
@@ -128,10 +127,8 @@ def shard_evaluate(
     try:
         with torch.inference_mode():
             for start, stop in zip(bounds, bounds[1:], strict=False):
-                rows: slice | torch.Tensor = (
-                    slice(int(idx[0]) + start, int(idx[0]) + stop) if whole
-                    else torch.as_tensor(idx[start:stop], device=X.device))
-                out, labels = model(X[rows]), y[rows]
+                chunk_rows = slice(rows.start + start, rows.start + stop)
+                out, labels = model(X[chunk_rows]), y[chunk_rows]
                 loss_sum += float(F.cross_entropy(out, labels, reduction="sum"))
                 hits = int((out.argmax(1) == labels).sum())
                 correct, wrong = correct + hits, wrong + len(labels) - hits
@@ -187,8 +184,15 @@ class LocalOps(StepHere):
         X, y = self.data.X_test, self.data.y_test
         if X is None or y is None:
             return float("nan"), 0, 0
-        sums = shard_evaluate(self.model, X, y, np.arange(len(y)), at_least=at_least)
-        return None if sums is None else (*sums, len(y))
+        return evaluate_all(self.model, X, y, at_least=at_least)
+
+
+def evaluate_all(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, *,
+                 at_least: float | None = None) -> tuple[float, int, int] | None:
+    """(loss sum, correct, count) over the whole evaluation set, in this process; None as
+    soon as its accuracy is certain to be below ``at_least`` (:func:`shard_evaluate`)."""
+    sums = shard_evaluate(model, X, y, range(len(y)), at_least=at_least)
+    return None if sums is None else (*sums, len(y))
 
 
 def train_loss_subset(state: TrainState) -> np.ndarray:
@@ -368,10 +372,9 @@ def evaluate(state: TrainState, ops: Ops, *, emit: Emit, n_ranks: int,
     state.last_eval_examples = state.examples_seen
     floor = check_floor(state) if check else None
     sums = ops.evaluate(n_ranks, at_least=floor)
-    if floor is not None and (sums is None or (sums[2] and sums[1] / sums[2] < floor)):
+    if sums is None or (floor is not None and sums[2] and sums[1] / sums[2] < floor):
         state.last_eval_accuracy = 0.0  # below the floor: not within the dense margin
         return None
-    assert sums is not None
     loss_sum, correct, count = sums
     accuracy = correct / count if count else float("nan")
     state.best_accuracy = max(state.best_accuracy, accuracy)

@@ -46,6 +46,7 @@ from damptune.loop import (
     TARGET,
     StepHere,
     advance,
+    evaluate_all,
     shard_evaluate,
 )
 from damptune.loop import shard_forward as _shard_forward
@@ -187,15 +188,21 @@ class RankOps(StepHere):
         if X is None or y is None:
             return float("nan"), 0, 0
         if self.procs == 1:  # the whole set here: it may stop early, as LocalOps does
-            sums = shard_evaluate(self.model, X, y, np.arange(len(y)), at_least=at_least)
-            return None if sums is None else (*sums, len(y))
-        idx = np.array_split(np.arange(len(y)), self.procs)[self.rank]
-        shard = shard_evaluate(self.model, X, y, idx)
+            return evaluate_all(self.model, X, y, at_least=at_least)
+        shard = shard_evaluate(self.model, X, y, _shard_rows(len(y), self.procs, self.rank))
         assert shard is not None  # no at_least: never stops early
         loss, correct = shard
         device = next(self.model.parameters()).device
         out = self._all_reduce(torch.tensor([loss, correct], dtype=torch.float64, device=device))
         return float(out[0]), int(round(float(out[1]))), len(y)
+
+
+def _shard_rows(n: int, procs: int, rank: int) -> range:
+    """Rank ``rank``'s consecutive share of ``n`` rows among ``procs`` (``np.array_split``'s:
+    the first ``n % procs`` shares have one row more)."""
+    size, extra = divmod(n, procs)
+    start = rank * size + min(rank, extra)
+    return range(start, start + size + (rank < extra))
 
 
 def _host(address: str) -> str:

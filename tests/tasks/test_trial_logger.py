@@ -5,6 +5,7 @@ stopped), not every dense evaluation the engine makes near the target to resolve
 from mlflow.tracking import MlflowClient
 
 from damptune import EvalRecord
+from damptune.records import record_from_dict
 from tasks.trial_logger import MlflowTrialLogger
 
 PER_EPOCH = 100  # updates per epoch, each one evaluated (as the engine does near the target)
@@ -84,8 +85,7 @@ def test_a_trial_run_costs_mlflow_five_requests_and_a_rerun_reopens_it(tmp_path,
     logger, run_id = opened()
     assert client.get_run(run_id).info.status == "RUNNING"
     for record in state.history:
-        logger(EvalRecord(**{k: v for k, v in record.items() if k != "kind"})
-               if record["kind"] == "eval" else _update(record))
+        logger(record_from_dict(record))
     logger.finish(TrialResult(3, TrialState.COMPLETE, {"factor": 2.0}, value=1.5),
                   state, {"attempts": 1, "lost_updates": 0, "lost_seconds": 0.0})
     assert dict(calls) == {"search_runs": 1, "create_run": 1, "log_batch": 2,
@@ -100,8 +100,3 @@ def test_a_trial_run_costs_mlflow_five_requests_and_a_rerun_reopens_it(tmp_path,
     again.end("KILLED")
     assert client.get_run(run_id).info.status == "KILLED"
 
-
-def _update(record):
-    from damptune import UpdateRecord
-
-    return UpdateRecord(**{k: v for k, v in record.items() if k != "kind"})
