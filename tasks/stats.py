@@ -19,7 +19,9 @@ import math
 import statistics
 from typing import Any
 
-from scipy.stats import t as student_t
+# scipy.special, not scipy.stats: the same quantile (t.ppf is stdtrit), and the flow process
+# imports it in 0.35 s instead of 1.5 s
+from scipy.special import stdtrit
 
 __all__ = ["CONFIDENCE", "mostly_reached", "mean_ci", "paired_ratio", "compare_pair",
            "seeds_to_resolve", "answer_rows", "ANSWER_COLUMNS"]
@@ -28,7 +30,7 @@ CONFIDENCE = 0.95
 
 
 def _t(n: int) -> float:
-    return float(student_t.ppf(0.5 + CONFIDENCE / 2, n - 1))
+    return float(stdtrit(n - 1, 0.5 + CONFIDENCE / 2))
 
 
 def mostly_reached(reached: list[bool], n_seeds: int) -> bool:
