@@ -22,7 +22,12 @@ by seed, and the tied-best set. Goals (issue 24):
 * printed: the best damped algorithm's speedup at each network size, with its CI, both runs.
 
 Run: ``python bench/answer_stability.py [--seeds 0,1] [--trials 8] [--validation-seeds 8]
-[--mode local] [--data-seed 0]``.
+[--mode local] [--data-seed 0]``, or on two finished grids ``python bench/answer_stability.py
+--run-dirs A,B [--held-out 3,4,6]``: ``--held-out`` also answers from each grid's first K
+held-out seeds only, what grids with ``validation_seeds=K`` would have answered (the seeds
+are a prefix; a cell whose answer misses on most of its K seeds would have retrained a
+runner-up the grid may not have: counted, and answered by its search's best). The fewer
+seeds, the less the validation stage costs: the trade-off issue 24 asks for.
 """
 
 from __future__ import annotations
@@ -42,8 +47,10 @@ BASELINE = "geodamplr"
 Answer = dict[tuple[int, str], list[dict[str, Any]]]  # pair -> its rows, ranked by mean
 
 
-def answer_of(run_dir: str) -> Answer:
-    """The answer a finished grid's run directory holds (its report's statistics)."""
+def answer_of(run_dir: str, held_out: int | None = None) -> Answer:
+    """The answer a finished grid's run directory holds (its report's statistics); with
+    ``held_out`` K, the answer of its first K held-out seeds (what a grid with
+    ``validation_seeds=K`` would have answered, but for :func:`unsettled`'s cells)."""
     import json
 
     from tasks.answer import BASELINE as BASE
@@ -53,12 +60,55 @@ def answer_of(run_dir: str) -> Answer:
 
     with open(os.path.join(run_dir, "grid.json")) as f:
         name = json.load(f)["grid_name"]
-    rows = answer_rows(share_rows(validation_rows(f"sqlite:///{run_dir}/optuna.db",
-                                                  grid_name=name)), baseline=BASE)
+    valid = validation_rows(f"sqlite:///{run_dir}/optuna.db", grid_name=name,
+                            first_seeds=held_out)
+    if held_out is not None:
+        first, every, search = trial_seconds(run_dir, held_out)
+        print(f"  {run_dir}, first {held_out} held-out seeds: {unsettled(valid)} of "
+              f"{len(valid)} cells would have retrained a runner-up this grid did not "
+              f"(answered by the search's best); trial seconds on those seeds {first:.0f} of "
+              f"the held-out stages' {every:.0f} (search {search:.0f})")
+    rows = answer_rows(share_rows(valid), baseline=BASE)
     pairs: Answer = {}
     for row in rows:
         pairs.setdefault((row["network"], row["model"]), []).append(row)
     return pairs
+
+
+def unsettled(rows: list[dict[str, Any]]) -> int:
+    """Validation rows whose answer did not reach the target on most of its seeds while the
+    cell retrained fewer configurations than it may: a grid with these seeds only would have
+    retrained the next runner-up."""
+    from tasks.stats import mostly_reached
+    from tasks.validation import CANDIDATES
+
+    return sum(1 for r in rows if r["retrained"] < CANDIDATES
+               and not mostly_reached(list(r["reached"].values()), r["n_seeds"]))
+
+
+def trial_seconds(run_dir: str, held_out: int) -> tuple[float, float, float]:
+    """Seconds of trials (start to complete, as Optuna stored them) of a grid: held-out trials
+    (validation and matched) on its first ``held_out`` seeds, on all seeds, and search."""
+    import optuna
+
+    from tasks.validation import STAGES, TRAIN_SEED
+
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    out = [0.0, 0.0, 0.0]
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        held = summary.user_attrs.get("stage") in STAGES
+        first = set((summary.user_attrs.get("validation_seeded") or [])[:held_out])
+        for t in study.get_trials(deepcopy=False):
+            if t.datetime_start is None or t.datetime_complete is None:
+                continue
+            seconds = (t.datetime_complete - t.datetime_start).total_seconds()
+            if not held:
+                out[2] += seconds
+                continue
+            out[1] += seconds
+            out[0] += seconds if t.user_attrs.get(TRAIN_SEED) in first else 0.0
+    return out[0], out[1], out[2]
 
 
 def run_grid(seed: int, args: argparse.Namespace) -> Answer:
@@ -120,15 +170,26 @@ def report(runs: dict[int, Answer]) -> None:
     print(f"\ncontradictions (significantly ordered both ways): {contradictions}; goal 0: "
           f"{'met' if contradictions == 0 else 'not met'}")
     for p, orders in both_ways.items():
-        if orders:
-            print(f"  n{p[0]} {p[1]}: " + "; ".join(
-                f"{x} < {y} in run {b}, {y} < {x} in run {a}" for x, y in orders))
+        for x, y in orders:
+            print(f"  n{p[0]} {p[1]}: {x} < {y} in run {b}, {y} < {x} in run {a}; "
+                  + "; ".join(f"{alg} {_config(runs, a, p, alg)} in run {a}, "
+                              f"{_config(runs, b, p, alg)} in run {b}" for alg in (x, y)))
     print(f"each run's best in the other's tied-best set: {agree} of {len(pairs)} pairs; "
           f"goal >= 7 of 8: {'met' if agree >= len(pairs) - 1 else 'not met'}")
     print(f"resolution: median 95 % CI half-width of the speedup over {BASELINE}: "
           f"{width:.1%} ({len(widths)} intervals); goal <= 10 %: "
           f"{'met' if width <= 0.10 else 'not met'}")
     _speedups(runs, pairs)
+
+
+def _config(runs: dict[int, Answer], run: int, pair: tuple[int, str], algorithm: str) -> str:
+    """The configuration that answers for ``algorithm`` in one run's pair, and its mean: a
+    contradiction between two configurations that differ comes from the searches, not
+    from the held-out seeds."""
+    row = next(r for r in runs[run][pair] if r["algorithm"] == algorithm)
+    params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in sorted(row["params"].items()))
+    return f"({params}; {row['mean']:.2f} s)"
 
 
 def _speedups(runs: dict[int, Answer], pairs: list[tuple[int, str]]) -> None:
@@ -197,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                         "runs/grid and a `damptune tune --seed 1` of the same grid) instead of "
                         "running them")
     parser.add_argument("--run-dir", default=os.path.join("runs", "answer-stability"))
+    parser.add_argument("--held-out", type=lambda t: [int(x) for x in t.split(",")],
+                        help="with --run-dirs: K1,K2,...: also the answers of each grid's "
+                        "first K held-out seeds (fewer seeds: the trade-off)")
     args = parser.parse_args(argv)
     if not args.data_seed.isdigit():
         parser.error(f"--data-seed={args.data_seed!r} is not accepted; expected an integer >= 0")
@@ -214,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         runs = {s: run_grid(s, args) for s in args.seeds}
     report(runs)
+    for k in (args.held_out or []) if args.run_dirs else []:
+        print(f"\n## the first {k} held-out seeds of each grid")
+        report({i: answer_of(d, held_out=k) for i, d in enumerate(args.run_dirs)})
     return 0
 
 

@@ -239,9 +239,17 @@ def validation_due(study: optuna.Study) -> bool:
     return bool(study.user_attrs.get(_SEEDED))
 
 
-def validation_rows(storage: str, *, grid_name: str) -> list[dict[str, Any]]:
+def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = None
+                    ) -> list[dict[str, Any]]:
     """One row per validation study of the grid: its cell, and each held-out seed's value
-    and whether it reached the target (COMPLETE trials only)."""
+    and whether it reached the target (COMPLETE trials only); ``retrained``: how many
+    configurations the cell retrained.
+
+    ``first_seeds``: read only the first K held-out seeds of each cell, as a grid with
+    ``validation_seeds=K`` trained them (the seeds are a prefix: :func:`held_out_seeds`), and
+    pick the configuration that answers by those seeds (``bench/answer_stability.py
+    --held-out K``). A runner-up such a grid would have retrained next, that this grid did
+    not, is not there: the rule's fallback (the search's best) answers."""
     rows = []
     store = storage_for(storage)
     for s in optuna.get_all_study_summaries(store, include_best_trial=False):
@@ -249,7 +257,9 @@ def validation_rows(storage: str, *, grid_name: str) -> list[dict[str, Any]]:
         if attrs.get("grid") != grid_name or attrs.get("stage") not in STAGES:
             continue
         study = optuna.load_study(study_name=s.study_name, storage=store)
-        done, replaced = _answer_trials(study)
+        seeds = list(attrs.get(_SEEDED) or [])[:first_seeds]
+        groups = _groups(study, set(seeds) if first_seeds is not None else None)
+        done, replaced = _answer_trials(groups)
         rows.append({
             "network": int(attrs["network"]),
             "algorithm": str(attrs["algorithm"]) + (MATCHED_SUFFIX if attrs["stage"] == "matched"
@@ -259,18 +269,17 @@ def validation_rows(storage: str, *, grid_name: str) -> list[dict[str, Any]]:
             "reached": {int(t.user_attrs[TRAIN_SEED]): reached_target(t) for t in done},
             "params": dict(done[0].params) if done else {},
             "validates": str(done[0].user_attrs.get(VALIDATES, "")) if done else "",
-            "n_seeds": len(attrs.get(_SEEDED) or []), "replaced": replaced,
+            "n_seeds": len(seeds), "replaced": replaced, "retrained": len(groups),
         })
     rows.sort(key=lambda r: (r["network"], r["model"], r["algorithm"]))
     return rows
 
 
-def _answer_trials(study: optuna.Study) -> tuple[list[optuna.trial.FrozenTrial],
-                                                 list[dict[str, Any]]]:
+def _answer_trials(groups: list[list[optuna.trial.FrozenTrial]]
+                   ) -> tuple[list[optuna.trial.FrozenTrial], list[dict[str, Any]]]:
     """The COMPLETE trials of the configuration that answers for the cell
     (:func:`_answer_index`); and the ones retrained before it, which missed (``validates``,
     seeds reached, seeds)."""
-    groups = _groups(study)
     answer = _answer_index(groups)
     done = [t for t in groups[answer] if t.state == optuna.trial.TrialState.COMPLETE
             and t.value is not None]
@@ -281,9 +290,12 @@ def _answer_trials(study: optuna.Study) -> tuple[list[optuna.trial.FrozenTrial],
     return done, replaced
 
 
-def _groups(study: optuna.Study) -> list[list[optuna.trial.FrozenTrial]]:
-    """The study's trials per configuration retrained, in the order retrained."""
-    trials = study.get_trials(deepcopy=False)
+def _groups(study: optuna.Study, seeds: set[int] | None = None
+            ) -> list[list[optuna.trial.FrozenTrial]]:
+    """The study's trials per configuration retrained, in the order retrained (only those of
+    ``seeds``, if given)."""
+    trials = [t for t in study.get_trials(deepcopy=False)
+              if seeds is None or int(t.user_attrs.get(TRAIN_SEED, -1)) in seeds]
     return [[t for t in trials if str(t.user_attrs.get(VALIDATES, "")) == name]
             for name in _candidates(study)] or [trials]
 

@@ -12,7 +12,7 @@ import pytest
 from flows.tune import grid_of, tune
 from tasks.figures import time_vs_network
 from tasks.report import build_report, grid_rows
-from tasks.validation import held_out_seeds
+from tasks.validation import held_out_seeds, validation_rows
 from tests.flows.test_tune import mlflow_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
@@ -104,6 +104,15 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
     assert by[(4, "geodamplr")]["validation_speedup"] == pytest.approx(1.0)
     with open(f"{run_dir}/report/report.md") as f:
         assert "held-out seeds" in f.read()
+
+    # a grid's first K held-out seeds answer as a grid of K would (bench/answer_stability.py
+    # --held-out K): each cell's values on those seeds only, the same values
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    full = {r["study"]: r for r in validation_rows(storage, grid_name="v")}
+    assert len(full) == 5 and all(r["n_seeds"] == 3 for r in full.values())
+    for r in validation_rows(storage, grid_name="v", first_seeds=2):
+        assert r["n_seeds"] == 2 and r["retrained"] == 1, r
+        assert r["values"] == {s: full[r["study"]]["values"][s] for s in seeds[:2]}, r
 
     counts = {name: len(s.trials) for name, s in studies.items()}
     tune(run_dir=run_dir, cluster=scheduler, **GRID)  # the rerun: nothing trained twice
