@@ -264,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.data_seed.isdigit():
         parser.error(f"--data-seed={args.data_seed!r} is not accepted; expected an integer >= 0")
+    if args.held_out and (not args.run_dirs or min(args.held_out) < 1):
+        parser.error(f"--held-out={','.join(map(str, args.held_out))} is not accepted; expected "
+                     "held-out seed counts >= 1, with --run-dirs A,B")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     if not args.run_dirs:
         print(f"default grid, seeds {args.seeds}, data seed {args.data_seed}, "
@@ -278,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         runs = {s: run_grid(s, args) for s in args.seeds}
     report(runs)
-    for k in (args.held_out or []) if args.run_dirs else []:
+    for k in args.held_out or []:
         print(f"\n## the first {k} held-out seeds of each grid")
         report({i: answer_of(d, held_out=k) for i, d in enumerate(args.run_dirs)})
     return 0
