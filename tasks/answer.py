@@ -195,9 +195,14 @@ def answer_markdown(rows: list[dict[str, Any]]) -> str:
 
 def _replaced(row: dict[str, Any]) -> str:
     """What the configuration replaced: the search's best (and runners-up) that missed the
-    target on most held-out seeds (:mod:`tasks.validation`)."""
+    target on most held-out seeds, or took longer (:mod:`tasks.validation`)."""
     return "".join(f" (replaces {r['validates']}: the target on {r['reached_seeds']} of "
-                   f"{r['n_seeds']} seeds)" for r in row.get("replaced") or [])
+                   f"{r['n_seeds']} seeds{_mean_of(r)})" for r in row.get("replaced") or [])
+
+
+def _mean_of(replaced: dict[str, Any]) -> str:
+    mean = replaced.get("mean")
+    return "" if mean is None else f", mean {mean:.4g} s"
 
 
 def _verdict(rows: list[dict[str, Any]]) -> str:

@@ -128,7 +128,7 @@ def time_vs_network(report: dict[str, Any]) -> Any:
                               label="mean over held-out seeds, 95 % CI"))
     if any(r.get("replaced") for r in report.get("answer", [])):
         handles.append(Line2D([], [], color="grey", marker="s", markerfacecolor="white",
-                              linestyle="", label="a runner-up (the best missed there)"))
+                              linestyle="", label="another configuration than the search's best"))
     if any(r.get("reliable") is False for r in report.get("answer", [])):
         handles.append(Line2D([], [], color="grey", marker="x", linestyle="",
                               label="missed the target on most held-out seeds"))
@@ -143,7 +143,8 @@ def _held_out(ax: Any, report: dict[str, Any], model: str, algorithm: str, color
               dodge: float = 1.0) -> None:
     """The cell's mean over the held-out seeds with its 95 % interval, as an error bar, moved
     right or left by the factor ``dodge`` so that the algorithms' bars do not hide each
-    other. A circle for the search's best, a square for a runner-up, an x for a configuration
+    other. A circle for the search's best, a square for another configuration (a runner-up: the
+    best missed; or a faster near miss), an x for a configuration
     that missed the target on most seeds (its mean is no time to the target)."""
     rows = sorted((r for r in report.get("answer", []) if r["model"] == model
                    and r["algorithm"] == algorithm), key=lambda r: r["network"])

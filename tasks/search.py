@@ -238,6 +238,27 @@ def best_trial(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTri
                default=None)
 
 
+# accuracy by which a COMPLETE trial may have missed the target and still count as a near
+# miss (:func:`near_miss`): retrained on the held-out seeds beside its search's best
+# (tasks.validation), tried by its neighbours' warm start (tasks.warmstart)
+NEAR_MISS = 0.02
+
+
+def near_miss(trials: list[optuna.trial.FrozenTrial],
+              margin: float = NEAR_MISS) -> optuna.trial.FrozenTrial | None:
+    """The fastest COMPLETE trial that missed the target by at most ``margin`` and has a lesser
+    value than the best (:func:`best_trial`, which reached it); None when there is none.
+    Reaching the target is judged on the search's one training seed: such a trial often
+    reaches it on others."""
+    best = best_trial(trials)
+    if best is None or best.value is None or not reached_target(best):
+        return None
+    near = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
+            and t.value is not None and t.value < best.value
+            and 0 < max(t.constraints.values(), default=0.0) <= margin]
+    return min(near, key=lambda t: (t.value, t.number), default=None)
+
+
 def best_value(study: optuna.Study) -> float | None:
     """The least value of the study's COMPLETE trials that reached the target, or None before
     the first: the bound of the next trial (a trial that did not reach the target bounds

@@ -120,6 +120,22 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
     assert len(mlflow_runs(run_dir, "v")[1]) == len(runs)
 
 
+def _sgd_grid(tmp_path, name, **over):
+    """A one-cell grid (n2, ``sgd``, MLP, target 0.3) whose search study exists before it
+    runs: (grid, run_dir, settings, search study, its distributions)."""
+    from tasks.grid import Cell
+    from tasks.search import distributions, open_study
+
+    grid = dict(GRID, networks=[2], algorithms=["sgd"], target_accuracy=0.3, grid_name=name,
+                **over)
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    settings, _ = grid_of({**grid, "run_dir": str(run_dir)})
+    cell = Cell(2, "sgd", "mlp")
+    search = open_study(settings, cell, n_train=4000)
+    return grid, str(run_dir), settings, search, distributions(settings, cell)
+
+
 @pytest.mark.parametrize("pruner", ["none", "bound"])
 def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp_path, scheduler,
                                                                                pruner):
@@ -130,19 +146,11 @@ def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp
     pruner, PRUNED by the bound (the lucky time) with one. The best misses on every
     held-out seed, so the runner-up is retrained on the same seeds, answers for the cell, and
     is the model the registry calls best."""
-    from tasks.grid import Cell
-    from tasks.search import TARGET_CONSTRAINT, distributions, open_study
+    from tasks.search import TARGET_CONSTRAINT
 
-    grid = dict(GRID, networks=[2], algorithms=["sgd"], target_accuracy=0.3, pruner=pruner,
-                grid_name="r")
-    run_dir = tmp_path / "r"
-    run_dir.mkdir()
-    run_dir = str(run_dir)
-    settings, _ = grid_of({**grid, "run_dir": run_dir})
-    cell = Cell(2, "sgd", "mlp")
-    search = open_study(settings, cell, n_train=4000)
+    grid, run_dir, settings, search, space = _sgd_grid(tmp_path, "r", pruner=pruner)
     search.add_trial(optuna.trial.create_trial(
-        params={"lr": 1e-3}, distributions=distributions(settings, cell), value=0.01,
+        params={"lr": 1e-3}, distributions=space, value=0.01,
         constraints={TARGET_CONSTRAINT: 0.0}))
     search.enqueue_trial({"lr": 0.2})
     tune(run_dir=run_dir, cluster=scheduler, **grid)
@@ -164,7 +172,9 @@ def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp
     with open(f"{run_dir}/report/answer.json") as f:
         (row,) = json.load(f)
     assert row["params"] == {"lr": 0.2} and row["reliable"] and row["n_seeds"] == 3
-    assert row["replaced"] == [{"validates": "n2/sgd/mlp#0", "n_seeds": 3, "reached_seeds": 0}]
+    (replaced,) = row["replaced"]
+    assert {k: replaced[k] for k in ("validates", "n_seeds", "reached_seeds")} == {
+        "validates": "n2/sgd/mlp#0", "n_seeds": 3, "reached_seeds": 0}
     with open(f"{run_dir}/report/report.md") as f:
         assert "replaces n2/sgd/mlp#0: the target on 0 of 3 seeds" in f.read()
     # the headline figure draws the runner-up's held-out mean as a square, not a circle
@@ -190,3 +200,53 @@ def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp
     tune(run_dir=run_dir, cluster=scheduler, **grid)  # the rerun: nothing trained twice
     assert len(_studies(run_dir)["r/n2/sgd/mlp/validation"].trials) == 6
     assert len(mlflow_runs(run_dir, "r")[1]) == len(runs)
+
+
+def test_a_faster_near_miss_is_retrained_beside_the_best_and_answers_when_faster(
+        tmp_path, scheduler, monkeypatch):
+    """A configuration that stopped just short of the target on the search's seed, faster
+    than the best, is retrained on the same held-out seeds, and answers when it reaches the
+    target there in less time. The search is put into Optuna before the grid runs: its best
+    (lr 0.04, reached, slow), a near miss (lr 0.1, 0.01 short, fast) and a far miss (lr 0.5,
+    0.05 short, fastest), which is not retrained. The grid is first run as one seeded before
+    near misses were retrained (``NEAR_MISS`` 0): its rerun retrains the near miss, and only
+    it; a third run trains nothing."""
+    from tasks import validation
+    from tasks.search import TARGET_CONSTRAINT
+
+    grid, run_dir, settings, search, space = _sgd_grid(tmp_path, "m", trials=3)
+    for lr, value, short in ((0.04, 5.0, 0.0), (0.1, 0.5, 0.01), (0.5, 0.1, 0.05)):
+        search.add_trial(optuna.trial.create_trial(
+            params={"lr": lr}, distributions=space, value=value,
+            constraints={TARGET_CONSTRAINT: short}))
+    monkeypatch.setattr(validation, "NEAR_MISS", 0.0)
+    tune(run_dir=run_dir, cluster=scheduler, **grid)
+    first = _studies(run_dir)["m/n2/sgd/mlp/validation"].trials
+    assert {t.user_attrs["validates"] for t in first} == {"n2/sgd/mlp#0"} and len(first) == 3
+    monkeypatch.setattr(validation, "NEAR_MISS", 0.02)
+    tune(run_dir=run_dir, cluster=scheduler, **grid)
+
+    trials = _studies(run_dir)["m/n2/sgd/mlp/validation"].trials
+    by = {}
+    for t in trials:
+        assert t.state.name == "COMPLETE"
+        by.setdefault(t.user_attrs["validates"], []).append(t)
+    assert sorted(by) == ["n2/sgd/mlp#0", "n2/sgd/mlp#1"], sorted(by)  # not the far miss
+    assert [t.number for t in trials[:3]] == [t.number for t in first]  # none trained twice
+    seeds = sorted(held_out_seeds(settings))
+    means = {}
+    for name, lr in (("n2/sgd/mlp#0", 0.04), ("n2/sgd/mlp#1", 0.1)):
+        assert sorted(t.user_attrs["train_seed"] for t in by[name]) == seeds
+        assert {t.params["lr"] for t in by[name]} == {lr}
+        assert all(t.constraints[TARGET_CONSTRAINT] <= 0 for t in by[name]), name
+        means[name] = sum(t.value for t in by[name]) / 3
+    assert means["n2/sgd/mlp#1"] < means["n2/sgd/mlp#0"], means
+    with open(f"{run_dir}/report/answer.json") as f:
+        (row,) = json.load(f)
+    assert row["params"] == {"lr": 0.1} and row["reliable"] and row["n_seeds"] == 3
+    assert row["mean"] == pytest.approx(means["n2/sgd/mlp#1"])
+    assert row["replaced"] == [{"validates": "n2/sgd/mlp#0", "n_seeds": 3, "reached_seeds": 3,
+                                "mean": pytest.approx(means["n2/sgd/mlp#0"])}]
+
+    tune(run_dir=run_dir, cluster=scheduler, **grid)  # nothing trained twice
+    assert len(_studies(run_dir)["m/n2/sgd/mlp/validation"].trials) == 6
