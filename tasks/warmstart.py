@@ -8,7 +8,10 @@ models listed before it. The flow starts a cell only once its neighbours have fi
 grid alone, never on timing: a rerun of a warm-started grid asks the same trials.
 
 Before its first trial, the cell enqueues (``study.enqueue_trial``) each neighbour's best
-COMPLETE configuration, clipped to its own search space, with the user attribute
+COMPLETE configuration, and its near miss when it has one (:func:`tasks.search.near_miss`: a
+faster trial that stopped just short of the target on the search's seed, which a best that
+reached it only slowly would otherwise keep from the larger sizes), clipped to its own
+search space, with the user attribute
 ``seeded_from`` (``<neighbour cell>#<trial number>``); its MLflow run is tagged
 ``damptune.seeded_from``. The study's user attribute ``warm_start`` records what was enqueued,
 so a rerun never enqueues twice.
@@ -22,7 +25,7 @@ import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
 from tasks.grid import Cell
-from tasks.search import best_trial
+from tasks.search import best_trial, near_miss
 
 __all__ = ["neighbours", "seed_study", "SEEDED_FROM", "seeds_of"]
 
@@ -51,16 +54,18 @@ def _clip(value: Any, dist: BaseDistribution) -> Any:
 
 def seeds_of(sources: list[tuple[Cell, optuna.Study]],
              space: dict[str, BaseDistribution]) -> list[tuple[str, dict[str, Any]]]:
-    """(seeded_from, params) for each source study's best COMPLETE trial, clipped to
-    ``space``; duplicates (after clipping) once."""
+    """(seeded_from, params) for each source study's best COMPLETE trial and its near miss
+    (:func:`tasks.search.near_miss`), clipped to ``space``; duplicates (after clipping)
+    once."""
     seeds: list[tuple[str, dict[str, Any]]] = []
     for cell, study in sources:
-        best = best_trial(study.get_trials(deepcopy=False))
-        if best is None or not set(space) <= set(best.params):
-            continue
-        params = {k: _clip(best.params[k], d) for k, d in space.items()}
-        if all(params != p for _, p in seeds):
-            seeds.append((f"{cell.key}#{best.number}", params))
+        trials = study.get_trials(deepcopy=False)
+        for trial in (best_trial(trials), near_miss(trials)):
+            if trial is None or not set(space) <= set(trial.params):
+                continue
+            params = {k: _clip(trial.params[k], d) for k, d in space.items()}
+            if all(params != p for _, p in seeds):
+                seeds.append((f"{cell.key}#{trial.number}", params))
     return seeds
 
 

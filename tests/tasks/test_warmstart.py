@@ -39,6 +39,23 @@ def test_seeds_are_each_neighbours_best_clipped_to_this_space():
                      ("n4/geodamp/cnn#0", {"factor": 3.0, "delay": 2})]
 
 
+def test_a_neighbours_faster_near_miss_is_tried_beside_its_best():
+    """A neighbour whose best reached the target slowly, and whose faster trial stopped 0.01
+    short of it on the search's seed, seeds both; a farther miss (0.1 short) and a slower
+    near miss seed nothing."""
+    from tasks.search import TARGET_CONSTRAINT
+
+    study = optuna.create_study(study_name="n", direction="minimize")
+    for value, short, factor in ((3.0, 0.0, 2.0), (4.0, 0.01, 5.0), (1.0, 0.01, 3.0),
+                                 (0.5, 0.1, 9.0), (1.5, 0.015, 4.0)):
+        study.add_trial(optuna.trial.create_trial(
+            params={"factor": factor, "delay": 3}, distributions=SPACE, value=value,
+            constraints={TARGET_CONSTRAINT: short}))
+    assert seeds_of([(Cell(2, "geodamp", "mlp"), study)], SPACE) == [
+        ("n2/geodamp/mlp#0", {"factor": 2.0, "delay": 3}),
+        ("n2/geodamp/mlp#2", {"factor": 3.0, "delay": 3})]
+
+
 def test_seed_study_enqueues_once_and_a_rerun_finishes_a_halfway_seeding(tmp_path):
     storage = f"sqlite:///{tmp_path}/s.db"
     seeds = [("n2/geodamp/mlp#1", {"factor": 4.0, "delay": 6}),
