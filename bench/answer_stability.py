@@ -91,14 +91,14 @@ def trial_seconds(run_dir: str, held_out: int) -> tuple[float, float, float]:
     (validation and matched) on its first ``held_out`` seeds, on all seeds, and search."""
     import optuna
 
-    from tasks.validation import STAGES, TRAIN_SEED
+    from tasks.validation import SEEDED, STAGES, TRAIN_SEED
 
     storage = f"sqlite:///{run_dir}/optuna.db"
     out = [0.0, 0.0, 0.0]
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         held = summary.user_attrs.get("stage") in STAGES
-        first = set((summary.user_attrs.get("validation_seeded") or [])[:held_out])
+        first = set((summary.user_attrs.get(SEEDED) or [])[:held_out])
         for t in study.get_trials(deepcopy=False):
             if t.datetime_start is None or t.datetime_complete is None:
                 continue

@@ -59,14 +59,14 @@ from tasks.search import (
 )
 from tasks.stats import mostly_reached
 
-__all__ = ["TRAIN_SEED", "VALIDATES", "MATCHED", "MATCHED_SUFFIX", "CANDIDATES",
+__all__ = ["TRAIN_SEED", "VALIDATES", "SEEDED", "MATCHED", "MATCHED_SUFFIX", "CANDIDATES",
            "NEAR_MISS", "held_out_seeds", "matched_cells", "seed_validation", "extend_validation",
            "runner_up_answer", "source_cell", "validation_due", "validation_total",
            "validation_rows", "validation_settings"]
 
 TRAIN_SEED = "train_seed"  # Optuna user attribute of a validation trial: its training seed
 VALIDATES = "validates"  # ... and the search trial whose configuration it retrains
-_SEEDED = "validation_seeded"  # study user attribute: the seeds enqueued (once)
+SEEDED = "validation_seeded"  # study user attribute: the seeds enqueued (once)
 MATCHED = ("geodamp", "geodamplr")  # the matched cell's damper, and whose best it takes
 MATCHED_SUFFIX = "-matched"  # a matched cell's rows: its damper's name and this
 _CANDIDATES = "validation_candidates"  # study user attribute: the search trials retrained
@@ -155,7 +155,7 @@ def seed_validation(study: optuna.Study, grid: GridSettings, *, leases: Leases,
 
 
 def _seed(study: optuna.Study, grid: GridSettings) -> int:
-    if study.user_attrs.get(_SEEDED):
+    if study.user_attrs.get(SEEDED):
         return validation_total(study)
     source, searched = _searched(grid)
     best = best_trial(searched.get_trials(deepcopy=False))
@@ -168,7 +168,7 @@ def _seed(study: optuna.Study, grid: GridSettings) -> int:
     for trial in retrain:
         _enqueue(study, trial, seeds, f"{source.key}#{trial.number}")
     study.set_user_attr(_CANDIDATES, [f"{source.key}#{t.number}" for t in retrain])
-    study.set_user_attr(_SEEDED, seeds)
+    study.set_user_attr(SEEDED, seeds)
     return validation_total(study)
 
 
@@ -202,7 +202,7 @@ def _candidates(study: optuna.Study) -> list[str]:
 def validation_total(study: optuna.Study) -> int:
     """The trials the validation study has or will have: its seeds for each configuration it
     retrains (0 before it is seeded)."""
-    return len(study.user_attrs.get(_SEEDED) or []) * max(1, len(_candidates(study)))
+    return len(study.user_attrs.get(SEEDED) or []) * max(1, len(_candidates(study)))
 
 
 def extend_validation(study: optuna.Study, grid: GridSettings, *, leases: Leases,
@@ -214,7 +214,7 @@ def extend_validation(study: optuna.Study, grid: GridSettings, *, leases: Leases
     while not leases.acquire(key, owner):  # another live run extends it: wait for it
         time.sleep(0.2)
     try:
-        tried, seeds = _candidates(study), list(study.user_attrs.get(_SEEDED) or [])
+        tried, seeds = _candidates(study), list(study.user_attrs.get(SEEDED) or [])
         if seeds and len(tried) < CANDIDATES:
             _retrain_next(study, grid, tried, seeds)
         return validation_total(study)
@@ -285,7 +285,7 @@ def _runner_up(trials: list[optuna.trial.FrozenTrial], tried: list[str],
 
 def validation_due(study: optuna.Study) -> bool:
     """Whether the validation study has seeds to train (its search had a best to retrain)."""
-    return bool(study.user_attrs.get(_SEEDED))
+    return bool(study.user_attrs.get(SEEDED))
 
 
 def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = None
@@ -306,7 +306,7 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
         if attrs.get("grid") != grid_name or attrs.get("stage") not in STAGES:
             continue
         study = optuna.load_study(study_name=s.study_name, storage=store)
-        seeds = list(attrs.get(_SEEDED) or [])[:first_seeds]
+        seeds = list(attrs.get(SEEDED) or [])[:first_seeds]
         groups = _groups(study, set(seeds) if first_seeds is not None else None)
         done, replaced = _answer_trials(groups)
         rows.append({
