@@ -242,6 +242,41 @@ def misses(run_dir: str) -> None:
               f"the target{spread}")
 
 
+def near_misses(run_dir: str) -> None:
+    """The search cells of a finished grid whose near miss (:func:`tasks.search.near_miss`)
+    was retrained on the held-out seeds: how many, how many reached the target on most seeds
+    and answer for their cell, and their held-out trial seconds."""
+    import optuna
+
+    from tasks.search import near_miss, reached_target
+    from tasks.stats import mostly_reached
+    from tasks.validation import VALIDATES
+
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    cells = answered = 0
+    seconds, lines = 0.0, []
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        if summary.user_attrs.get("stage") != "validation":
+            continue
+        source = summary.study_name.rsplit("/", 1)[0]
+        nm = near_miss(optuna.load_study(study_name=source, storage=storage).get_trials())
+        if nm is None:
+            continue
+        name = f"{source.split('/', 1)[1]}#{nm.number}"
+        trials = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials()
+        group = [t for t in trials if t.user_attrs.get(VALIDATES) == name]
+        done = [t for t in group if t.state == optuna.trial.TrialState.COMPLETE]
+        seconds += sum((t.datetime_complete - t.datetime_start).total_seconds() for t in done
+                       if t.datetime_start and t.datetime_complete)
+        reached = sum(reached_target(t) for t in done)
+        ok = mostly_reached([reached_target(t) for t in done], len(group))
+        cells, answered = cells + 1, answered + ok
+        lines.append(f"    {name}: the target on {reached} of {len(group)} seeds")
+    print(f"  {run_dir}: {cells} search cells with a near miss retrained, {answered} reached "
+          f"the target on most seeds; held-out trial seconds {seconds:.0f}")
+    print("\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1])
@@ -278,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         print("held-out trainings (validation and matched) that missed the target:")
         for run_dir in args.run_dirs:
             misses(run_dir)
+        print("near misses retrained beside their search's best:")
+        for run_dir in args.run_dirs:
+            near_misses(run_dir)
     else:
         runs = {s: run_grid(s, args) for s in args.seeds}
     report(runs)
