@@ -244,8 +244,9 @@ def misses(run_dir: str) -> None:
 
 def near_misses(run_dir: str) -> None:
     """The search cells of a finished grid whose near miss (:func:`tasks.search.near_miss`)
-    was retrained on the held-out seeds: how many, how many reached the target on most seeds
-    and answer for their cell, and their held-out trial seconds."""
+    was retrained on the held-out seeds: how many, how many reached the target on most seeds,
+    and their held-out trial seconds; each one's shortfall on the search's seed and the
+    held-out seeds on which it reached the target."""
     import optuna
 
     from tasks.search import near_miss, reached_target
@@ -271,7 +272,9 @@ def near_misses(run_dir: str) -> None:
         reached = sum(reached_target(t) for t in done)
         ok = mostly_reached([reached_target(t) for t in done], len(group))
         cells, answered = cells + 1, answered + ok
-        lines.append(f"    {name}: the target on {reached} of {len(group)} seeds")
+        short = max(nm.constraints.values(), default=0.0)
+        lines.append(f"    {name}: {short:.3f} short of the search's target; the target on "
+                     f"{reached} of {len(group)} held-out seeds")
     print(f"  {run_dir}: {cells} search cells with a near miss retrained, {answered} reached "
           f"the target on most seeds; held-out trial seconds {seconds:.0f}")
     print("\n".join(lines))
