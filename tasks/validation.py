@@ -158,13 +158,13 @@ def _seed(study: optuna.Study, grid: GridSettings) -> int:
     if study.user_attrs.get(SEEDED):
         return validation_total(study)
     source, searched = _searched(grid)
-    best = best_trial(searched.get_trials(deepcopy=False))
+    trials = searched.get_trials(deepcopy=False)
+    best = best_trial(trials)
     if best is None or not _search_finished(searched, grid):
         return 0
     seeds, retrain = held_out_seeds(grid), [best]
     if study.user_attrs.get("stage") == "validation":  # a matched cell takes the best only
-        retrain += [t for t in [_near_miss(searched.get_trials(deepcopy=False), [], source)]
-                    if t is not None]
+        retrain += [t for t in [_near_miss(trials, [], source)] if t is not None]
     for trial in retrain:
         _enqueue(study, trial, seeds, f"{source.key}#{trial.number}")
     study.set_user_attr(_CANDIDATES, [f"{source.key}#{t.number}" for t in retrain])
@@ -252,11 +252,16 @@ def _near_miss(trials: list[optuna.trial.FrozenTrial], tried: list[str],
     """The search's near miss (:func:`tasks.search.near_miss`, by :data:`NEAR_MISS`); None
     when there is none, or a trial in ``tried`` has its configuration already."""
     fastest = near_miss(trials, NEAR_MISS)
-    by_name = {f"{source.key}#{t.number}": t for t in trials}
-    if fastest is None or any(by_name[n].params == fastest.params for n in tried
-                              if n in by_name):
+    if fastest is None or fastest.params in _retrained(trials, tried, source):
         return None
     return fastest
+
+
+def _retrained(trials: list[optuna.trial.FrozenTrial], tried: list[str],
+               source: Cell) -> list[dict[str, Any]]:
+    """The configurations of the search trials named in ``tried`` (``<cell>#<number>``)."""
+    by_name = {f"{source.key}#{t.number}": t for t in trials}
+    return [by_name[n].params for n in tried if n in by_name]
 
 
 def _mostly_reached(trials: list[optuna.trial.FrozenTrial]) -> bool:
@@ -274,8 +279,7 @@ def _runner_up(trials: list[optuna.trial.FrozenTrial], tried: list[str],
     missed on the held-out seeds; in a bound-pruned search that best is often the only
     trial that finished, so its runners-up are pruned ones, whose time the held-out seeds
     measure in full (no bound)."""
-    by_name = {f"{source.key}#{t.number}": t for t in trials}
-    seen = [by_name[n].params for n in tried if n in by_name]
+    seen = _retrained(trials, tried, source)
     fresh = [t for t in trials if t.value is not None and t.params not in seen]
     reached = [t for t in fresh if t.state == optuna.trial.TrialState.COMPLETE
                and reached_target(t)]
@@ -335,7 +339,7 @@ def _answer_trials(groups: list[list[optuna.trial.FrozenTrial]]
     replaced = [{"validates": str(g[0].user_attrs.get(VALIDATES, "")), "n_seeds": len(g),
                  "reached_seeds": sum(reached_target(t) for t in g
                                       if t.state == optuna.trial.TrialState.COMPLETE),
-                 "mean": _mean(g) if _mean(g) < float("inf") else None}
+                 "mean": _mean(g)}
                 for g in groups[:answer] if g]
     return done, replaced
 
@@ -355,13 +359,16 @@ def _answer_index(groups: list[list[optuna.trial.FrozenTrial]]) -> int:
     mean time over its seeds (the first retrained of equals); else the search's best (the
     first)."""
     reached = [i for i, g in enumerate(groups) if _mostly_reached(g)]
-    return min(reached, key=lambda i: (_mean(groups[i]), i), default=0)
+    means = {i: _mean(groups[i]) for i in reached}
+    return min(reached, key=lambda i: (float("inf") if means[i] is None else means[i], i),
+               default=0)
 
 
-def _mean(group: list[optuna.trial.FrozenTrial]) -> float:
+def _mean(group: list[optuna.trial.FrozenTrial]) -> float | None:
+    """The mean value of the group's COMPLETE trials; None when none completed."""
     values = [float(t.value) for t in group
               if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
-    return sum(values) / len(values) if values else float("inf")
+    return sum(values) / len(values) if values else None
 
 
 def runner_up_answer(study: optuna.Study) -> int | None:
