@@ -86,6 +86,13 @@ def unsettled(rows: list[dict[str, Any]]) -> int:
                and not mostly_reached(list(r["reached"].values()), r["n_seeds"]))
 
 
+def _seconds(trial) -> float:
+    """A trial's seconds from start to complete, as Optuna stored them; 0 when unfinished."""
+    if trial.datetime_start is None or trial.datetime_complete is None:
+        return 0.0
+    return (trial.datetime_complete - trial.datetime_start).total_seconds()
+
+
 def trial_seconds(run_dir: str, held_out: int) -> tuple[float, float, float]:
     """Seconds of trials (start to complete, as Optuna stored them) of a grid: held-out trials
     (validation and matched) on its first ``held_out`` seeds, on all seeds, and search."""
@@ -100,9 +107,7 @@ def trial_seconds(run_dir: str, held_out: int) -> tuple[float, float, float]:
         held = summary.user_attrs.get("stage") in STAGES
         first = set((summary.user_attrs.get(SEEDED) or [])[:held_out])
         for t in study.get_trials(deepcopy=False):
-            if t.datetime_start is None or t.datetime_complete is None:
-                continue
-            seconds = (t.datetime_complete - t.datetime_start).total_seconds()
+            seconds = _seconds(t)
             if not held:
                 out[2] += seconds
                 continue
@@ -267,8 +272,7 @@ def near_misses(run_dir: str) -> None:
         trials = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials()
         group = [t for t in trials if t.user_attrs.get(VALIDATES) == name]
         done = [t for t in group if t.state == optuna.trial.TrialState.COMPLETE]
-        seconds += sum((t.datetime_complete - t.datetime_start).total_seconds() for t in done
-                       if t.datetime_start and t.datetime_complete)
+        seconds += sum(_seconds(t) for t in done)
         reached = sum(reached_target(t) for t in done)
         ok = mostly_reached([reached_target(t) for t in done], len(group))
         cells, answered = cells + 1, answered + ok
