@@ -118,7 +118,7 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = li
         per_worker_batch: examples per rank (>= 1); a cell's batch cap is network x this.
         seed: integer seed of the training (initial weights, data order) and of the sampler.
         data_seed: integer seed of the generated dataset (mnist1d, synthetic), kept as seed varies.
-        sampler: auto (GP for a one-hyperparameter damper, TPE for two), tpe or gp.
+        sampler: auto (GP for up to two hyperparameters: every damper; TPE above), tpe or gp.
         pruner: bound (a trial stops past the cell's best time), hyperband, sha, or none.
         warm_start: true: a cell waits for its neighbour cells and first tries their best.
         eval_resolution: extra evaluations each time examples seen grow by this fraction (>= 0).

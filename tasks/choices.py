@@ -16,5 +16,5 @@ GRID_MODES = ("centralized", "decentralized", "local")
 # where the ranks train: 'cpu'; 'cuda' (a GPU per rank, checked against the cluster's workers
 # when the session opens); 'auto' (CUDA when the workers have it); damptune.devices
 GRID_DEVICES = ("cpu", "cuda", "auto")
-# "auto": a Gaussian process for a one-hyperparameter damper, TPE for two (tasks.search)
+# "auto": a Gaussian process for up to two hyperparameters (every damper), TPE above (tasks.search)
 SAMPLERS = ("auto", "tpe", "gp")

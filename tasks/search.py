@@ -135,11 +135,12 @@ class NoRepeatSampler(optuna.samplers.BaseSampler):
         self.base.after_trial(study, trial, state, values)
 
 
-# sampler="auto": GP up to this many hyperparameters, TPE above. GP found the CNN's 2-D adadamp
-# best more often in 8 trials (README, "Optuna"), but a pair of default grids with GP for all
-# gave an answer no more stable than TPE's (1 contradiction against 10, but each run's best in
-# the other's tied-best set in 3 of 8 pairs against 7), so TPE stays. sampler="gp": GP for all
-GP_MAX_DIMENSIONS = 1
+# sampler="auto": GP up to this many hyperparameters (every damper's space), TPE above. GP
+# found the CNN's 2-D adadamp best more often in 8 trials, and two pairs of default grids with
+# it gave 1 and 3 contradictions, against 10, 17, 8 and 9 for four pairs with TPE for two; the
+# last TPE pair and GP's second ran on the same tree and day: 9 against 3, each run's best in
+# the other's tied-best set in 3 of 8 pairs for both (README, "Optuna")
+GP_MAX_DIMENSIONS = 2
 
 
 def sampler_kind(sampler: str, dimensions: int) -> str:

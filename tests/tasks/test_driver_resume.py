@@ -67,7 +67,7 @@ def test_a_trial_another_run_is_asking_is_left_to_it(tmp_path):
     assert asking.leases.acquire(asking.lease_key(N_BEFORE), "asking-run")
 
 
-@pytest.mark.parametrize("n_before", [0, N_BEFORE], ids=["startup (random)", "model (TPE)"])
+@pytest.mark.parametrize("n_before", [0, N_BEFORE], ids=["startup (random)", "model (GP)"])
 def test_a_trial_killed_after_its_first_parameter_was_written_resumes_with_the_clean_runs(
         tmp_path, n_before):
     """``study.ask`` writes a trial's parameters one at a time, each as the sampler draws it:

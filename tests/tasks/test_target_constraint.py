@@ -5,7 +5,7 @@ start (which tries a faster near miss beside it, never in its place), and in the
 ranking — even when its (penalized) value is smaller.
 
 Real components: Optuna on SQLite, the cell's StudyDriver recording TrialResults with real
-leases, the cell's sampler (TPE, for a two-hyperparameter damper) asking the next trial."""
+leases, the cell's sampler (GP, for a two-hyperparameter damper) asking the next trial."""
 
 import pytest
 
