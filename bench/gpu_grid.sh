@@ -9,7 +9,12 @@
 #     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     --platform manylinux_2_28_x86_64 -d .whl "prefect==3.8.8" "fastapi>=0.139,<0.151" \
 #     "mlflow==3.17.2" "optuna==5.0.0" "sqlalchemy>=2,<2.1" dask[distributed]==2026.8.0 mnist1d
-# less the wheels of packages the machine already has (torch, numpy, pandas, matplotlib...).
+# less the wheels of packages the machine already has, to fit the 64 MiB a call carries: on the
+# lent machines' image (2026-11-28) these 209 MiB came to 61 MiB without pyarrow, scipy, numpy,
+# pandas, matplotlib, scikit_learn, pillow, fonttools, kiwisolver, contourpy, joblib,
+# threadpoolctl, pyparsing, cycler, narwhals, pygments, ruamel_yaml_clib, aiohttp, multidict,
+# frozenlist, propcache, yarl, regex and pyyaml. Keep databricks_sdk: `import mlflow` needs
+# its `databricks` namespace.
 # Networks of 1 rank: a machine with one GPU (the grid's cells put one rank on each GPU).
 # Each grid prints its answer; none stops the other.
 set -u
