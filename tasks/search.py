@@ -16,6 +16,7 @@ from damptune import DAMPERS, ConfigError, DamptuneError, Param
 from damptune.config import cap_for
 from tasks.grid import Cell, GridSettings
 from tasks.retries import retry
+from tasks.samplers import NoRepeatSampler, PrunedSeenSampler
 
 __all__ = [
     "summarize",
@@ -95,44 +96,9 @@ def sampler_for(settings: GridSettings, number: int = 0, study: str = "",
                       number, study)
     kind = sampler_kind(settings.sampler, dimensions)
     if kind == "gp":
-        return NoRepeatSampler(optuna.samplers.GPSampler(
-            seed=seed, n_startup_trials=settings.startup_trials))
+        return NoRepeatSampler(PrunedSeenSampler(optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=settings.startup_trials)))
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.startup_trials)
-
-
-class NoRepeatSampler(optuna.samplers.BaseSampler):
-    """``base``, except that a joint proposal equal to the parameters of a trial the study
-    already has is dropped: those parameters then come from the base's independent sampler
-    (random, seeded). A trial's training is deterministic, so a repeat would only repeat its
-    result. Optuna's GPSampler models COMPLETE trials only: after a trial pruned by the bound
-    it proposed the same point again and again (8 trials of a 1-D cell, 5 of them the same
-    pruned point)."""
-
-    def __init__(self, base: optuna.samplers.BaseSampler) -> None:
-        self.base = base
-
-    def infer_relative_search_space(self, study: optuna.Study,
-                                    trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
-        return self.base.infer_relative_search_space(study, trial)
-
-    def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        params = self.base.sample_relative(study, trial, search_space)
-        if params and any(t.params == params for t in study.get_trials(deepcopy=False)
-                          if t.number != trial.number):
-            return {}
-        return params
-
-    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
-                           param_name: str, param_distribution: BaseDistribution) -> Any:
-        return self.base.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        self.base.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
-                    state: optuna.trial.TrialState, values: Any) -> None:
-        self.base.after_trial(study, trial, state, values)
 
 
 # sampler="auto": GP up to this many hyperparameters (every damper's space), TPE above. GP
