@@ -33,6 +33,7 @@ seeds, the less the validation stage costs: the trade-off issue 24 asks for.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -284,6 +285,34 @@ def near_misses(run_dir: str) -> None:
     print("\n".join(lines))
 
 
+def re_asks(run_dir: str, within: float = 0.005) -> None:
+    """How many search trials of a finished grid asked (nearly) the configuration of an
+    earlier trial of their cell that the bound had pruned: every hyperparameter within
+    ``within`` in log10 (a float) or equal (an integer). Optuna's GPSampler, blind to pruned
+    trials, asked such points again (``tasks/samplers.py``)."""
+    import optuna
+
+    storage, asked, again = f"sqlite:///{run_dir}/optuna.db", 0, 0
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        if summary.user_attrs.get("stage", "search") != "search":
+            continue
+        trials = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials()
+        pruned: list[dict[str, Any]] = []
+        for t in trials:
+            asked += 1
+            again += any(_near(t.params, p, within) for p in pruned)
+            if t.state == optuna.trial.TrialState.PRUNED:
+                pruned.append(t.params)
+    print(f"  {run_dir}: {again} of {asked} search trials asked within {within} (log10) of a "
+          "pruned trial of their cell")
+
+
+def _near(a: dict[str, Any], b: dict[str, Any], within: float) -> bool:
+    return a.keys() == b.keys() and all(
+        abs(math.log10(a[k]) - math.log10(b[k])) < within if isinstance(a[k], float)
+        else a[k] == b[k] for k in a)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1])
@@ -323,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         print("near misses retrained beside their search's best:")
         for run_dir in args.run_dirs:
             near_misses(run_dir)
+        print("search trials that asked a pruned configuration again:")
+        for run_dir in args.run_dirs:
+            re_asks(run_dir)
     else:
         runs = {s: run_grid(s, args) for s in args.seeds}
     report(runs)
