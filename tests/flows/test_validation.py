@@ -75,6 +75,11 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
     matched = [r for r in runs if r.data.tags.get("damptune.stage") == "matched"
                and r.data.tags.get("damptune.kind") == "trial"]
     assert len(matched) == 6 and {r.data.params["algorithm"] for r in matched} == {"geodamp"}
+    # a held-out training may run HELD_OUT_EPOCHS times the search's 3 epochs to the target
+    search_runs = [r for r in runs if r.data.tags.get("damptune.stage") == "search"
+                   and r.data.tags.get("damptune.kind") == "trial"]
+    assert {float(r.data.params["epochs"]) for r in search_runs} == {3.0}
+    assert {float(r.data.params["epochs"]) for r in held_out + matched} == {4.5}
     # a held-out seed's run has metrics and no plots; a complete search trial's has its plots
     assert all(r.data.metrics.get("objective") for r in held_out + matched)
     assert not [r for r in held_out + matched if client.list_artifacts(r.info.run_id, "plots")]
