@@ -17,6 +17,7 @@ from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution
+from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 
 State = optuna.trial.TrialState
 
@@ -89,7 +90,7 @@ class _PrunedAsComplete:
                     use_cache: bool = False) -> list[optuna.trial.FrozenTrial]:
         trials = self._study._get_trials(deepcopy=deepcopy, states=None, use_cache=use_cache)
         constraints = {key: 0.0 for t in trials if t.state == State.COMPLETE
-                       for key in t.system_attrs if key.startswith("constraints:")}
+                       for key in t.system_attrs if key.startswith(f"{_CONSTRAINTS_KEY}:")}
         shown = [_as_complete(t, constraints) if t.state == State.PRUNED and t.values else t
                  for t in trials]
         return [t for t in shown if states is None or t.state in states]
