@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +23,7 @@ from damptune.validate import (
 )
 
 __all__ = ["TrainConfig", "MODES", "CALIBRATION_FIELDS", "import_path", "resolve",
-           "n_workers_for", "cap_for"]
+           "n_workers_for", "cap_for", "SIZE_FIELDS", "training_digest", "least_cap"]
 
 MODES = ("local", "centralized", "decentralized")
 # Fields that define the math of a run: a checkpoint written under other values cannot continue.
@@ -37,6 +39,13 @@ IDENTITY_FIELDS = (
     "seed",
     "n_train",
 )
+
+
+# Fields that do not change what a run computes on a larger network while its batches fit the
+# smaller one's cap (:func:`least_cap`): the network's size (its cap and the ranks allowed), the
+# simulated-time bound (it only stops the run), and how the run checkpoints, reports and waits.
+SIZE_FIELDS = ("max_batch_size", "max_workers", "max_time_sim", "checkpoint_every",
+               "checkpoint_seconds", "checkpoint_keep", "flush_seconds", "timeout")
 
 
 # One rank's measured compute (damptune.trainer.calibrate): kept per study and per checkpoint
@@ -220,3 +229,31 @@ def n_workers_for(batch_size: int, config: TrainConfig) -> int:
     """Ranks for a batch: ``clip(ceil(B / per_worker_batch), min_workers, max_workers)``."""
     p = math.ceil(batch_size / config.per_worker_batch)
     return int(min(max(p, config.min_workers), config.max_workers))
+
+
+def training_digest(config: TrainConfig) -> str:
+    """A digest of everything in ``config`` that decides a run's updates, evaluations and
+    simulated time, except its network's size (:data:`SIZE_FIELDS`). Two runs with one
+    digest, on the same data, train the same, update by update, on any two networks whose caps
+    are at least the run's :func:`least_cap`. The data is not in it (nor ``n_train``, set from
+    the data); the compute calibration is, so it must be resolved first."""
+    fields = {k: v for k, v in dataclasses.asdict(config).items()
+              if k not in SIZE_FIELDS and k != "n_train"}
+    text = json.dumps(fields, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def least_cap(config: TrainConfig, history: list[dict[str, Any]]) -> int | None:
+    """The least ``max_batch_size`` under which a run of ``config`` trains as ``history`` did:
+    the largest damping of its updates, which its own cap never cut (a learning-rate-only
+    damper's cap is its initial batch, whatever ``max_batch_size``). None when the run's cap
+    did cut a damping (a larger network would have trained a larger batch) or it has no
+    updates."""
+    dampings = [int(r["damping"]) for r in history if r["kind"] == "update"]
+    if not dampings:
+        return None
+    damper = config.make_damper()
+    if damper.lr_only:
+        return int(damper.initial)
+    top = max(dampings)
+    return top if top <= config.max_batch_size else None

@@ -105,10 +105,17 @@ class CalibrationKeeper:
                 worker: str | None = None) -> TrainConfig:
         """``config`` with the study's calibration, measured and stored first if it has none
         (on ``worker`` of ``client`` when ranks train on GPUs: ``damptune.calibrate``)."""
-        stored = with_storage_retries(lambda: self.study.user_attrs.get(CALIBRATION_ATTR))
-        if isinstance(stored, dict) and set(CALIBRATION_FIELDS) <= set(stored):
-            return with_calibration(config, stored)
+        known = self.stored(config)
+        if known is not None:
+            return known
         config = calibrate(config, data, client=client, worker=worker)
         calibration = {k: getattr(config, k) for k in CALIBRATION_FIELDS}
         with_storage_retries(lambda: self.study.set_user_attr(CALIBRATION_ATTR, calibration))
         return config
+
+    def stored(self, config: TrainConfig) -> TrainConfig | None:
+        """``config`` with the study's calibration, or None while it has none."""
+        stored = with_storage_retries(lambda: self.study.user_attrs.get(CALIBRATION_ATTR))
+        if isinstance(stored, dict) and set(CALIBRATION_FIELDS) <= set(stored):
+            return with_calibration(config, stored)
+        return None

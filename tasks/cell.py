@@ -24,6 +24,7 @@ from tasks.faults import Retries, is_infrastructure_fault
 from tasks.grid import Cell, GridSettings, checkpoint_path
 from tasks.registry import log_best_of_cell, log_runner_up
 from tasks.results import TrialResult, TrialState
+from tasks.reuse import REUSED_ATTR
 from tasks.search import (
     distributions,
     open_study,
@@ -207,8 +208,10 @@ def _log(result: TrialResult, cell_key: str) -> None:
     elif result.state is TrialState.INTERRUPTED:
         log.warning("trial %s of %s interrupted: %s", result.number, cell_key, result.reason)
     else:
-        log.info("%s trial %s: %s value=%.4g params=%s", cell_key, result.number,
-                 result.state.value, result.value, result.params)
+        reused = f" (reused {result.user_attrs[REUSED_ATTR]})" if (
+            REUSED_ATTR in result.user_attrs) else ""
+        log.info("%s trial %s: %s value=%.4g params=%s%s", cell_key, result.number,
+                 result.state.value, result.value, result.params, reused)
 
 
 def _finish(session: Session, study: optuna.Study, grid: GridSettings, c: Cell, exp_id: str,

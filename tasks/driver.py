@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -233,6 +234,8 @@ class StudyDriver:
             return
         if result.state is TrialState.COMPLETE:
             handle = self._handle(result.number)
+            for name, attr in result.user_attrs.items():
+                with_storage_retries(functools.partial(handle.set_user_attr, name, attr))
             with_storage_retries(lambda: handle.set_constraint(TARGET_CONSTRAINT,
                                                                result.shortfall))
             with_storage_retries(lambda: self.study.tell(result.number, result.value))

@@ -40,3 +40,5 @@ class TrialResult:
     best_accuracy: float | None = None
     shortfall: float = 0.0  # target − best accuracy (0 when reached): Optuna's constraint
     examples_seen: int | None = None  # where it stopped (a pruned trial's last report)
+    # Optuna user attributes its cell sets with a COMPLETE result (tasks.reuse.TRAINING_ATTR)
+    user_attrs: dict[str, Any] = field(default_factory=dict)

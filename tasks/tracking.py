@@ -243,6 +243,11 @@ class PlotQueue:
         self._pending[run_id] = self._pool.submit(log_plots, client, run_id, list(history),
                                                   target=target)
 
+    def copy(self, client: MlflowClient, run_id: str, source_run: str) -> None:
+        """Copy the plots of ``source_run`` to ``run_id`` in the background (after any of its
+        own still queued: one thread, in order)."""
+        self._pending[run_id] = self._pool.submit(copy_plots, client, run_id, source_run)
+
     def wait(self, run_ids: list[str] | None = None, *, timeout: float = 300.0) -> None:
         """Wait for the plots of these runs (all if None); a failed upload is logged only."""
         for run_id in list(self._pending) if run_ids is None else run_ids:
@@ -295,6 +300,18 @@ def log_plots(client: MlflowClient, run_id: str, history: list[dict[str, Any]], 
         fig.savefig(os.path.join(tmp, "accuracy_vs_time.png"))
         plt.close(fig)
         with_retries(lambda: client.log_artifacts(run_id, tmp, artifact_path="plots"),
+                     what="logging plots")
+
+
+def copy_plots(client: MlflowClient, run_id: str, source_run: str) -> None:
+    """The plots of ``source_run`` (if it has any) logged to ``run_id`` too."""
+    if not with_retries(lambda: client.list_artifacts(source_run, "plots"),
+                        what="listing plots"):
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        local = with_retries(lambda: client.download_artifacts(source_run, "plots", tmp),
+                             what="reading plots")
+        with_retries(lambda: client.log_artifacts(run_id, local, artifact_path="plots"),
                      what="logging plots")
 
 

@@ -7,12 +7,15 @@ is the objective of :mod:`tasks.objective`: simulated seconds to the target accu
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import optuna
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from damptune import TrainConfig, TrainData, TrainState, train
+from damptune.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
 from damptune.config import cap_for, import_path
 from damptune.trainer import STOPPED_BY_BOUND
 from models import Dataset, load_dataset, model_class
@@ -31,7 +34,14 @@ from tasks.leases import Heartbeat
 from tasks.objective import objective
 from tasks.registry import dataset_input
 from tasks.results import TrialResult, TrialState
-from tasks.search import StorageUnavailable, best_value, open_study, pruner_acts_on_reports
+from tasks.reuse import REUSED_ATTR, TRAINING_ATTR, Source, find_source, training_record
+from tasks.search import (
+    StorageUnavailable,
+    best_value,
+    open_study,
+    pruner_acts_on_reports,
+    with_storage_retries,
+)
 from tasks.session import Session, session_for
 from tasks.trial_logger import MlflowTrialLogger
 from tasks.worklog import WorkLog
@@ -103,28 +113,92 @@ def run_trial(
     """
     grid, c = GridSettings(**settings), Cell(**cell)
     session = session_for(session_key)
-    logger = _trial_logger(grid, c, session)
     ds = load_dataset(grid.dataset, seed=grid.data_seed, root=grid.data_root or None)
+    logger: MlflowTrialLogger | None = None
     try:
+        study, keeper = _studies(grid, c, ds)
+        source = _source(grid, c, ds, study, keeper, params=params, train_seed=train_seed)
+        logger = _trial_logger(grid, c, session, reused=source is not None)
         logger.open(experiment_id, parent_run_id=parent_run_id, cell_key=cell_key,
                     number=number, params=_run_params(grid, c, params, ds, train_seed),
                     seeded_from=seeded_from, dataset=dataset_input(ds, data_seed=grid.data_seed))
-        return _train(grid, c, ds, number=number, trial_id=trial_id, params=params,
-                      session=session, logger=logger, lease_key=lease_key,
+        if source is not None:
+            return _reuse(grid, c, source, study, number=number, trial_id=trial_id,
+                          params=params, logger=logger)
+        return _train(grid, c, ds, (study, keeper), number=number, trial_id=trial_id,
+                      params=params, session=session, logger=logger, lease_key=lease_key,
                       train_seed=train_seed)
     except OUTAGES as exc:
         return TrialResult(number, TrialState.INTERRUPTED, params, reason=str(exc), outage=exc)
     finally:
-        logger.stop_system_metrics(wait=False)  # a run left open (an outage): not its monitor
+        if logger is not None:  # a run left open (an outage): not its monitor
+            logger.stop_system_metrics(wait=False)
 
 
-def _trial_logger(grid: GridSettings, c: Cell, session: Session) -> MlflowTrialLogger:
+def _trial_logger(grid: GridSettings, c: Cell, session: Session, *,
+                  reused: bool) -> MlflowTrialLogger:
     """The trial's MLflow logger. A held-out seed's run (validation, matched) draws no plots:
     its configuration's search trial has them, and MLflow's charts compare the seeds' metrics
-    (the plots cost ~0.25 s of the flow's CPU per trial)."""
+    (the plots cost ~0.25 s of the flow's CPU per trial). A reused training's run copies its
+    source's plots, and has no system metrics: nothing runs."""
     plots = session.plots if c.stage == "search" else None
     return MlflowTrialLogger(session.tracking, plots, metrics_every=grid.metrics_every,
-                             target=grid.target_of(c), system_metrics=grid.system_metrics)
+                             target=grid.target_of(c),
+                             system_metrics=grid.system_metrics and not reused)
+
+
+def _studies(grid: GridSettings, c: Cell, ds: Dataset) -> tuple[optuna.Study, optuna.Study]:
+    """The trial's study, and the one that keeps its cell's calibration (the search's)."""
+    study = open_study(grid, c, n_train=len(ds.y_train))
+    if c.stage == "search":
+        return study, study
+    return study, open_study(grid, c.searched, n_train=len(ds.y_train))
+
+
+def _source(grid: GridSettings, c: Cell, ds: Dataset, study: optuna.Study,
+            keeper: optuna.Study, *, params: dict[str, Any],
+            train_seed: int | None) -> Source | None:
+    """The finished trial whose training this one would repeat (:mod:`tasks.reuse`), or
+    None. The cell's first trial measures its calibration first, as its training would, on
+    CPU (on GPUs it is measured where rank 0 trains: that trial trains)."""
+    bound = best_value(study) if grid.pruner != "none" else None
+    base = trial_config(grid, c, params, ds, bound=bound, seed=train_seed)
+    if grid.device == "cpu":
+        config = CalibrationKeeper(keeper).resolve(
+            base, TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test))
+    else:
+        stored = CalibrationKeeper(keeper).stored(base)
+        if stored is None:
+            return None
+        config = stored
+    source = with_storage_retries(lambda: find_source(
+        grid, c, config, bound=bound, workers=grid.trial_workers(c.network)))
+    if source is None or not checkpoint_exists(source.training.get("checkpoint", "")):
+        return None  # its weights are gone (another checkpoint_root): train
+    return source
+
+
+def _reuse(grid: GridSettings, c: Cell, source: Source, study: optuna.Study, *, number: int,
+           trial_id: int, params: dict[str, Any], logger: MlflowTrialLogger) -> TrialResult:
+    """The trial ends as ``source`` did, untrained: its reports and value in Optuna, its final
+    metrics in MLflow (:mod:`tasks.reuse`)."""
+    handle, record = trial_handle(study, trial_id), source.training
+    for step, value in sorted(source.trial.intermediate_values.items()):
+        with_storage_retries(functools.partial(handle.report, value, step=step))
+    checkpoint = checkpoint_path(grid, c, number)  # its weights: the cell logs its best's
+    save_checkpoint(checkpoint, load_checkpoint(record["checkpoint"]))
+    reached = bool(record["reached"])
+    result = TrialResult(number, TrialState.COMPLETE, params, value=source.trial.value,
+                         run_id=logger.run_id, reached=reached,
+                         best_accuracy=record["best_accuracy"],
+                         examples_seen=record["examples_seen"],
+                         shortfall=0.0 if reached else grid.target_of(c) - record["best_accuracy"],
+                         reason=f"reused {source.key}",
+                         user_attrs={TRAINING_ATTR: {**record, "run_id": logger.run_id,
+                                                     "checkpoint": checkpoint},
+                                     REUSED_ATTR: source.key})
+    logger.finish_reused(result, source_run=record["run_id"])
+    return result
 
 
 def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any], ds: Dataset,
@@ -146,12 +220,13 @@ def trial_callbacks(*, worklog: WorkLog, logger: MlflowTrialLogger,
     return [WorkLogWriter(worklog, logger.log_resumed_attempt), logger, pruner]
 
 
-def _train(grid: GridSettings, c: Cell, ds: Dataset, *, number: int, trial_id: int,
+def _train(grid: GridSettings, c: Cell, ds: Dataset,
+           studies: tuple[optuna.Study, optuna.Study], *, number: int, trial_id: int,
            params: dict[str, Any], session: Session, logger: MlflowTrialLogger,
            lease_key: str, train_seed: int | None) -> TrialResult:
     """Compose the callbacks, train on the cell's ranks, and say how the trial ended."""
     data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
-    study = open_study(grid, c, n_train=len(ds.y_train))
+    study, keeper = studies
     bound = best_value(study) if grid.pruner != "none" else None
     config = trial_config(grid, c, params, ds, bound=bound, seed=train_seed)
     worklog = WorkLog(grid.run_dir, c.key, number)
@@ -164,8 +239,6 @@ def _train(grid: GridSettings, c: Cell, ds: Dataset, *, number: int, trial_id: i
     try:
         with heartbeat, worklog, session.pool.acquire(grid.trial_workers(c.network)) as gang:
             # measured on rank 0's worker when ranks train on GPUs (here may have none)
-            keeper = study if c.stage == "search" else open_study(  # one per cell, both stages
-                grid, c.searched, n_train=len(ds.y_train))
             config = CalibrationKeeper(keeper).resolve(config, data, client=session.pool.client,
                                                       worker=next(iter(gang.addresses), None))
             state = train(config, data, cluster=session.pool.address, workers=gang,
@@ -181,13 +254,16 @@ def _train(grid: GridSettings, c: Cell, ds: Dataset, *, number: int, trial_id: i
         logger.end("KILLED")  # a lost worker, a rank timeout: not the trial's fault
         return TrialResult(number, TrialState.INTERRUPTED, params, run_id=logger.run_id,
                            reason=f"cluster fault: {exc}", fault=exc)
+    training = training_record(config, state.history, workers=grid.trial_workers(c.network))
+    if training is not None:  # where a reuse finds its weights (the cell's model is logged)
+        training["checkpoint"] = checkpoint_path(grid, c, number)
     return _outcome(state, number=number, params=params, logger=logger, target=target,
-                    pruned=pruner.pruned, work=worklog.totals())
+                    pruned=pruner.pruned, work=worklog.totals(), training=training)
 
 
 def _outcome(state: TrainState, *, number: int, params: dict[str, Any],
              logger: MlflowTrialLogger, target: float, pruned: bool,
-             work: dict[str, Any]) -> TrialResult:
+             work: dict[str, Any], training: dict[str, Any] | None) -> TrialResult:
     """The trial's result from its final state; its MLflow run ends accordingly. A trial
     stopped by its simulated-time bound is PRUNED: it could not beat the cell's best."""
     if state.interrupted:
@@ -196,10 +272,15 @@ def _outcome(state: TrainState, *, number: int, params: dict[str, Any],
                            reason=state.stopped or "interrupted")
     value, reached, best = objective(state.history, target=target)
     bounded = not reached and state.stopped == STOPPED_BY_BOUND
-    result = TrialResult(number, TrialState.PRUNED if pruned or bounded else TrialState.COMPLETE,
+    complete = not (pruned or bounded)
+    if training is not None:  # what a trial of another network size may reuse (tasks.reuse)
+        training = {**training, "run_id": logger.run_id, "reached": reached,
+                    "best_accuracy": best, "examples_seen": state.examples_seen}
+    result = TrialResult(number, TrialState.COMPLETE if complete else TrialState.PRUNED,
                          params, value=value, run_id=logger.run_id, reached=reached,
                          best_accuracy=best, examples_seen=state.examples_seen,
                          shortfall=0.0 if reached else target - best,
-                         reason=state.stopped or "")
+                         reason=state.stopped or "",
+                         user_attrs={TRAINING_ATTR: training} if complete and training else {})
     logger.finish(result, state, work)
     return result

@@ -130,6 +130,22 @@ class MlflowTrialLogger:
         if self.plots is not None and result.state is TrialState.COMPLETE:  # pruned: no plots
             self.plots.submit(self.client, self.run_id, state.history, target=self.target)
 
+    def finish_reused(self, result: TrialResult, *, source_run: str) -> None:
+        """A reused training's run (:mod:`tasks.reuse`): the final metrics of the run it
+        repeats (their latest values, system metrics aside), the state tag and
+        ``damptune.reused_from`` (that run's id), FINISHED; its plots, copied, when the logger
+        has a queue for them."""
+        assert self.metrics is not None, "open() the run first"
+        metrics = tracking.with_retries(lambda: self.client.get_run(source_run).data.metrics,
+                                        what="reading the reused training's run")
+        self.metrics.add({k: v for k, v in metrics.items() if not k.startswith("system/")},
+                         step=int(metrics.get("updates", 0)))
+        self.metrics.flush(tags={"damptune.state": result.state.value,
+                                 "damptune.reused_from": source_run})
+        self.end("FINISHED")
+        if self.plots is not None:
+            self.plots.copy(self.client, self.run_id, source_run)
+
     def end(self, status: str) -> None:
         """Flush what is buffered and end the run with ``status`` (KILLED, FAILED, FINISHED)."""
         self.stop_system_metrics()
