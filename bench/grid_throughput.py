@@ -3,9 +3,11 @@
 The flow ``tune`` runs in this process under a temporary Prefect server (started before the
 clock), with its defaults apart from the grid (``--networks``, ``--algorithms``, both models,
 ``--trials`` per cell) and its own ``cluster="local"``, whose start counts: that is what a user
-waits for. Then every trial it trained is replayed by the engine alone (``damptune.train`` in
-``local`` mode, one process) with the same hyperparameters, the study's compute calibration
-and, for a pruned trial, its value as the bound, so it stops where the trial stopped. The
+waits for. Then every trial it trained (not those that reused another's training,
+:mod:`tasks.reuse`: the flow did not train them either) is replayed by the engine alone
+(``damptune.train`` in ``local`` mode, one process) with the same hyperparameters, the
+study's compute calibration and, for a pruned trial, its value as the bound, so it stops
+where the trial stopped. The
 baseline is the replay's total divided by the cores: the machine's floor for this work.
 
 While the flow runs, the wall time spent in the pipeline's steps of a trial is summed over
@@ -89,10 +91,12 @@ def _run_flow(args: argparse.Namespace, run_dir: str) -> float:
 
 
 def _trials(run_dir: str) -> list[tuple[Any, Any, dict[str, Any]]]:
-    """(cell, frozen trial, study calibration) of every finished trial of the grid."""
+    """(cell, frozen trial, study calibration) of every finished trial of the grid that
+    trained (a reused training is counted by :func:`_reused`)."""
     import optuna
 
     from tasks.grid import Cell
+    from tasks.reuse import REUSED_ATTR
 
     storage = f"sqlite:///{run_dir}/optuna.db"
     out = []
@@ -103,9 +107,21 @@ def _trials(run_dir: str) -> list[tuple[Any, Any, dict[str, Any]]]:
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         calibration = study.user_attrs.get("compute_calibration", {})
         for t in study.get_trials(deepcopy=False):
-            if t.value is not None:
+            if t.value is not None and REUSED_ATTR not in t.user_attrs:
                 out.append((cell, t, calibration))
     return out
+
+
+def _reused(run_dir: str) -> int:
+    """Finished trials of the grid that took another's training instead of training."""
+    import optuna
+
+    from tasks.reuse import REUSED_ATTR
+
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    return sum(REUSED_ATTR in t.user_attrs
+               for s in optuna.get_all_study_summaries(storage)
+               for t in optuna.load_study(study_name=s.study_name, storage=storage).trials)
 
 
 def _replay(trials: list[tuple[Any, Any, dict[str, Any]]]) -> float:
@@ -173,9 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     floor = engine / cores
     ratio = flow_seconds / floor
     stages = collections.Counter(cell.stage for cell, _, _ in trials)
-    print(f"\n{len({cell for cell, _, _ in trials})} cells, {len(trials)} trials "
+    print(f"\n{len({cell for cell, _, _ in trials})} cells, {len(trials)} trials trained "
           f"({dict(stages)}; networks {args.networks}, algorithms {args.algorithms}, mlp and "
-          f"cnn, {args.validation_seeds} held-out seeds); {cores} cores")
+          f"cnn, {args.validation_seeds} held-out seeds), {_reused(run_dir)} more reused "
+          f"another's training; {cores} cores")
     print("| run | seconds |")
     print("|---|---|")
     print(f"| the flow (tune, cluster='local', start included) | {flow_seconds:.1f} |")
