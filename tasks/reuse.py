@@ -23,9 +23,11 @@ trial that:
   ends otherwise).
 
 Its result is then this trial's: the same value, constraint and reports in Optuna (user
-attribute :data:`REUSED_ATTR`: the source's ``<study>#<number>``), and an MLflow run with its
-final metrics, tagged ``damptune.reused_from``. Nothing is trained. Only with a pruner that
-does not act on the reports (``bound``, ``none``): another pruner could have stopped it.
+attribute :data:`REUSED_ATTR`: the source's ``<study>#<number>``), an MLflow run with its
+final metrics and plots, tagged ``damptune.reused_from``, and a copy of its checkpoint (the
+cell logs its best model from it). Nothing is trained. Only with a pruner that does not act
+on the reports (``bound``, ``none``): another pruner could have stopped it. A source whose
+checkpoint is gone (another ``checkpoint_root``) is not reused: the trial trains.
 """
 
 from __future__ import annotations

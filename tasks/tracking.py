@@ -72,8 +72,10 @@ def with_retries(fn: Callable[[], T], *, what: str, attempts: int = 4, delay: fl
     timeout 30 s, unless set): an unreachable server gives up after about 35 s.
     """
     permanent = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER")
+    # a REST store's message names the code; a local (SQLite) store's has it only as error_code
     return retry(fn, transient=lambda exc: isinstance(exc, MlflowException | OSError)
-                 and not any(code in str(exc) for code in permanent),
+                 and not any(code in str(exc) or code == getattr(exc, "error_code", None)
+                             for code in permanent),
                  give_up=lambda exc: TrackingUnavailable(
                      f"MLflow did not answer after {attempts} attempts while {what}: "
                      f"{redact(str(exc))[:500]}. Nothing was lost: the trial keeps its "

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from mlflow.entities import DatasetInput
+from mlflow.exceptions import MlflowException
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 from mlflow.tracking import MlflowClient
 
@@ -131,15 +132,22 @@ class MlflowTrialLogger:
             self.plots.submit(self.client, self.run_id, state.history, target=self.target)
 
     def finish_reused(self, result: TrialResult, *, source_run: str) -> None:
-        """A reused training's run (:mod:`tasks.reuse`): the final metrics of the run it
-        repeats (their latest values, system metrics aside), the state tag and
-        ``damptune.reused_from`` (that run's id), FINISHED; its plots, copied, when the logger
-        has a queue for them."""
+        """A reused training's run (:mod:`tasks.reuse`): the result's objective, and the final
+        metrics of the run it repeats (their latest values, system metrics aside; none if that
+        run was deleted), the state tag and ``damptune.reused_from`` (that run's id), FINISHED;
+        its plots, copied, when the logger has a queue for them."""
         assert self.metrics is not None, "open() the run first"
-        metrics = tracking.with_retries(lambda: self.client.get_run(source_run).data.metrics,
-                                        what="reading the reused training's run")
+        metrics = {"objective": result.value, "reached_target": float(result.reached),
+                   "best_accuracy": result.best_accuracy}
+        try:
+            metrics.update(tracking.with_retries(
+                lambda: self.client.get_run(source_run).data.metrics,
+                what="reading the reused training's run"))
+        except MlflowException as exc:  # deleted: its outcome is in Optuna, and above
+            if exc.get_http_status_code() != 404:
+                raise
         self.metrics.add({k: v for k, v in metrics.items() if not k.startswith("system/")},
-                         step=int(metrics.get("updates", 0)))
+                         step=int(metrics.get("updates") or 0))
         self.metrics.flush(tags={"damptune.state": result.state.value,
                                  "damptune.reused_from": source_run})
         self.end("FINISHED")

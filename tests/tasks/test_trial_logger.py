@@ -100,3 +100,28 @@ def test_a_trial_run_costs_mlflow_five_requests_and_a_rerun_reopens_it(tmp_path,
     again.end("KILLED")
     assert client.get_run(run_id).info.status == "KILLED"
 
+
+
+def test_a_reused_training_s_run_copies_its_source_s_final_metrics_or_keeps_its_own(tmp_path):
+    from tasks.results import TrialResult, TrialState
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exp_id = client.create_experiment("reused")
+    parent = client.create_run(exp_id).info.run_id
+    source = client.create_run(exp_id).info.run_id
+    client.log_metric(source, "objective", 1.5, step=40)
+    client.log_metric(source, "updates", 40, step=40)
+    client.log_metric(source, "system/cpu_utilization_percentage", 99.0)
+    result = TrialResult(3, TrialState.COMPLETE, value=1.5, reached=True, best_accuracy=0.9)
+    runs = {}
+    for number, from_run in ((0, source), (1, "0123456789abcdef0123456789abcdef")):  # deleted
+        logger = MlflowTrialLogger(client, None, metrics_every=15, target=0.6)
+        runs[number] = logger.open(exp_id, parent_run_id=parent, cell_key="c", number=number,
+                                   params={})
+        logger.finish_reused(result, source_run=from_run)
+    copied, alone = (client.get_run(runs[n]) for n in (0, 1))
+    assert copied.data.metrics == {"objective": 1.5, "updates": 40.0, "reached_target": 1.0,
+                                   "best_accuracy": 0.9}
+    assert copied.data.tags["damptune.reused_from"] == source
+    assert alone.data.metrics == {"objective": 1.5, "reached_target": 1.0, "best_accuracy": 0.9}
+    assert {r.info.status for r in (copied, alone)} == {"FINISHED"}
