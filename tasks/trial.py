@@ -8,6 +8,7 @@ is the objective of :mod:`tasks.objective`: simulated seconds to the target accu
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -116,18 +117,17 @@ def run_trial(
     ds = load_dataset(grid.dataset, seed=grid.data_seed, root=grid.data_root or None)
     logger: MlflowTrialLogger | None = None
     try:
-        study, keeper = _studies(grid, c, ds)
-        source = _source(grid, c, ds, study, keeper, params=params, train_seed=train_seed)
+        setup = _setup(grid, c, ds, params=params, train_seed=train_seed)
+        source = _source(grid, c, setup)
         logger = _trial_logger(grid, c, session, reused=source is not None)
         logger.open(experiment_id, parent_run_id=parent_run_id, cell_key=cell_key,
                     number=number, params=_run_params(grid, c, params, ds, train_seed),
                     seeded_from=seeded_from, dataset=dataset_input(ds, data_seed=grid.data_seed))
         if source is not None:
-            return _reuse(grid, c, source, study, number=number, trial_id=trial_id,
+            return _reuse(grid, c, source, setup.study, number=number, trial_id=trial_id,
                           params=params, logger=logger)
-        return _train(grid, c, ds, (study, keeper), number=number, trial_id=trial_id,
-                      params=params, session=session, logger=logger, lease_key=lease_key,
-                      train_seed=train_seed)
+        return _train(grid, c, ds, setup, number=number, trial_id=trial_id, params=params,
+                      session=session, logger=logger, lease_key=lease_key)
     except OUTAGES as exc:
         return TrialResult(number, TrialState.INTERRUPTED, params, reason=str(exc), outage=exc)
     finally:
@@ -147,32 +147,42 @@ def _trial_logger(grid: GridSettings, c: Cell, session: Session, *,
                              system_metrics=grid.system_metrics and not reused)
 
 
-def _studies(grid: GridSettings, c: Cell, ds: Dataset) -> tuple[optuna.Study, optuna.Study]:
-    """The trial's study, and the one that keeps its cell's calibration (the search's)."""
+@dataclass(frozen=True)
+class _Setup:
+    """What a trial reads once, before it reuses a training or trains: its study, the study
+    that keeps its cell's calibration (the search's), the data, its bound (the cell's best
+    so far) and its configuration, calibrated when that can be done here."""
+
+    study: optuna.Study
+    keeper: optuna.Study
+    data: TrainData
+    bound: float | None
+    config: TrainConfig
+
+
+def _setup(grid: GridSettings, c: Cell, ds: Dataset, *, params: dict[str, Any],
+           train_seed: int | None) -> _Setup:
+    """The trial's :class:`_Setup`. On CPU the cell's first trial measures the calibration
+    here, as its training would; on GPUs it is measured where rank 0 trains, so only a stored
+    one is taken here."""
     study = open_study(grid, c, n_train=len(ds.y_train))
-    if c.stage == "search":
-        return study, study
-    return study, open_study(grid, c.searched, n_train=len(ds.y_train))
-
-
-def _source(grid: GridSettings, c: Cell, ds: Dataset, study: optuna.Study,
-            keeper: optuna.Study, *, params: dict[str, Any],
-            train_seed: int | None) -> Source | None:
-    """The finished trial whose training this one would repeat (:mod:`tasks.reuse`), or
-    None. The cell's first trial measures its calibration first, as its training would, on
-    CPU (on GPUs it is measured where rank 0 trains: that trial trains)."""
+    keeper = study if c.stage == "search" else open_study(grid, c.searched,
+                                                          n_train=len(ds.y_train))
+    data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
     bound = best_value(study) if grid.pruner != "none" else None
-    base = trial_config(grid, c, params, ds, bound=bound, seed=train_seed)
-    if grid.device == "cpu":
-        config = CalibrationKeeper(keeper).resolve(
-            base, TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test))
-    else:
-        stored = CalibrationKeeper(keeper).stored(base)
-        if stored is None:
-            return None
-        config = stored
+    config = trial_config(grid, c, params, ds, bound=bound, seed=train_seed)
+    calibrated = (CalibrationKeeper(keeper).resolve(config, data) if grid.device == "cpu"
+                  else CalibrationKeeper(keeper).stored(config))
+    return _Setup(study, keeper, data, bound, calibrated or config)
+
+
+def _source(grid: GridSettings, c: Cell, setup: _Setup) -> Source | None:
+    """The finished trial whose training this one would repeat (:mod:`tasks.reuse`), or
+    None (also while the cell's calibration is not known here: that trial trains)."""
+    if setup.config.compute_per_example is None:
+        return None
     source = with_storage_retries(lambda: find_source(
-        grid, c, config, bound=bound, workers=grid.trial_workers(c.network)))
+        grid, c, setup.config, bound=setup.bound, workers=grid.trial_workers(c.network)))
     if source is None or not checkpoint_exists(source.training.get("checkpoint", "")):
         return None  # its weights are gone (another checkpoint_root): train
     return source
@@ -220,15 +230,11 @@ def trial_callbacks(*, worklog: WorkLog, logger: MlflowTrialLogger,
     return [WorkLogWriter(worklog, logger.log_resumed_attempt), logger, pruner]
 
 
-def _train(grid: GridSettings, c: Cell, ds: Dataset,
-           studies: tuple[optuna.Study, optuna.Study], *, number: int, trial_id: int,
-           params: dict[str, Any], session: Session, logger: MlflowTrialLogger,
-           lease_key: str, train_seed: int | None) -> TrialResult:
+def _train(grid: GridSettings, c: Cell, ds: Dataset, setup: _Setup, *, number: int,
+           trial_id: int, params: dict[str, Any], session: Session, logger: MlflowTrialLogger,
+           lease_key: str) -> TrialResult:
     """Compose the callbacks, train on the cell's ranks, and say how the trial ended."""
-    data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
-    study, keeper = studies
-    bound = best_value(study) if grid.pruner != "none" else None
-    config = trial_config(grid, c, params, ds, bound=bound, seed=train_seed)
+    study, data = setup.study, setup.data
     worklog = WorkLog(grid.run_dir, c.key, number)
     target = grid.target_of(c)
     pruner = PruningReporter(trial_handle(study, trial_id), target=target,
@@ -239,8 +245,9 @@ def _train(grid: GridSettings, c: Cell, ds: Dataset,
     try:
         with heartbeat, worklog, session.pool.acquire(grid.trial_workers(c.network)) as gang:
             # measured on rank 0's worker when ranks train on GPUs (here may have none)
-            config = CalibrationKeeper(keeper).resolve(config, data, client=session.pool.client,
-                                                      worker=next(iter(gang.addresses), None))
+            config = CalibrationKeeper(setup.keeper).resolve(
+                setup.config, data, client=session.pool.client,
+                worker=next(iter(gang.addresses), None))
             state = train(config, data, cluster=session.pool.address, workers=gang,
                           callback=callback, checkpoint_path=checkpoint_path(grid, c, number),
                           resume=True, should_stop=heartbeat.stop_reason,
