@@ -33,8 +33,11 @@ setup-gpu: $(STAMP) ## replace the CPU torch by PyPI's CUDA build of torch 2.13.
 	$(BIN)/python -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, \
 		'GPUs', torch.cuda.device_count())"
 
+# RUN_ARGS: more options of infra.main, e.g. the flow's parameters for this run only:
+#   make run RUN_ARGS='--param trials=8 --param validation_seeds=0'
+RUN_ARGS ?=
 run: $(STAMP) ## the main job: stack up, deploy, run tune/grid, wait, print summary and UIs
-	$(BIN)/python -m infra.main --grid grid
+	$(BIN)/python -m infra.main --grid grid $(RUN_ARGS)
 
 smoke: $(STAMP) ## the main job on the small grid (tune/smoke): a few minutes
 	$(BIN)/python -m infra.main --grid smoke

@@ -34,6 +34,11 @@ histories (no extra training):
   so the time has no seed noise; the noise moves to whether the constraint holds (its count
   of seeds reached).
 
+Two levers of the grid's own objective ``a`` are measured by running again: ``--targets``
+(every trial built, stopped and judged at another target: is the noise the target's place on
+the curve?) and ``--test-examples N`` (the trials evaluated on N other examples of the same
+generator instead of the grid's 1,000: is it the test set's sampling?).
+
 A run that never reaches a criterion gets the objective's rule: its end time scaled up by its
 relative shortfall (``b``: target − best average accuracy; ``c``, ``d``: best loss − ``L*``,
 over ``L*``). Each run trains its whole budget with the trial's evaluation grid (the trial's
@@ -56,7 +61,8 @@ spin: the same run took minutes of CPU instead of seconds); the simulated times 
 on it (one calibration per model). The full run takes about 2 minutes on this machine.
 
 Run: ``nice -n 10 python bench/objective_noise.py [--seeds 0,1,2,3,4] [--configs
-mlp/geodamp,mlp/geodamplr] [--window 0.5] [--quick]`` (``--quick``: seeds 0, 1 and the two
+mlp/geodamp,mlp/geodamplr] [--window 0.5] [--quick] [--targets mlp=0.58,cnn=0.84]
+[--test-examples 20000]`` (``--quick``: seeds 0, 1 and the two
 MLP configurations above, a smoke test).
 """
 
@@ -104,7 +110,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--window", type=float, default=0.5,
                         help="moving-average window of b and d, in epochs of examples seen")
     parser.add_argument("--quick", action="store_true", help="seeds 0,1 and two MLP configs")
+    parser.add_argument("--targets", default="", metavar="MODEL=ACC,...",
+                        help="targets other than the grid's defaults, e.g. mlp=0.58,cnn=0.84: "
+                        "every trial is built, stopped and judged at them")
+    parser.add_argument("--test-examples", type=int, default=0, metavar="N",
+                        help="evaluate on N examples from the same generator with data seed 1 "
+                        "(MNIST-1D, N >= 20), instead of the grid's 1,000 test examples")
     args = parser.parse_args(argv)
+    if args.test_examples and args.test_examples < 20:
+        parser.error(f"--test-examples: {args.test_examples}; accepted: 0 (the grid's test "
+                     "set) or an integer >= 20")
+    args.targets = parse_targets(parser, args.targets)
     args.seeds = [0, 1] if args.quick else [int(s) for s in args.seeds.split(",")]
     names = QUICK if args.quick else [c for c in args.configs.split(",") if c] or list(CONFIGS)
     unknown = [n for n in names if n not in CONFIGS]
@@ -118,6 +134,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 # --- training -------------------------------------------------------------------------------
+
+def parse_targets(parser: argparse.ArgumentParser, text: str) -> dict[str, float]:
+    """The grid's default targets, with those ``--targets`` names replaced."""
+    from tasks.grid import DEFAULT_TARGETS
+
+    targets = dict(DEFAULT_TARGETS)
+    for item in (i for i in text.split(",") if i):
+        model, _, acc = item.partition("=")
+        try:
+            value = float(acc)
+        except ValueError:
+            value = math.nan
+        if model not in ("mlp", "cnn") or not 0 < value <= 1:
+            parser.error(f"--targets: {item!r}; accepted: MODEL=ACC, MODEL mlp or cnn, "
+                         "ACC in (0, 1]")
+        targets[model] = value
+    return targets
+
 
 def trial_run_config(settings: Any, name: str, ds: Any, calibration: dict[str, Any],
                      *, to_budget: bool) -> Any:
@@ -155,8 +189,8 @@ def calibration_for(model: str, ds: Any, data: Any) -> dict[str, Any]:
     return {k: getattr(measured, k) for k in CALIBRATION_FIELDS}
 
 
-def train_config(name: str, seeds: list[int], ds: Any, data: Any,
-                 calibration: dict[str, Any]) -> tuple[list[History], float]:
+def train_config(name: str, seeds: list[int], ds: Any, data: Any, calibration: dict[str, Any],
+                 targets: dict[str, float]) -> tuple[list[History], float]:
     """Histories of ``name`` trained to its budget, one per seed, and the seconds it took.
     On the first seed it also trains the trial as the grid stops it and checks its objective
     against the full history's (the same first crossing)."""
@@ -167,7 +201,7 @@ def train_config(name: str, seeds: list[int], ds: Any, data: Any,
     model = CONFIGS[name][0]
     histories, t0 = [], time.perf_counter()
     for i, seed in enumerate(seeds):
-        settings = GridSettings(seed=seed, data_seed=0, mode="local")
+        settings = GridSettings(seed=seed, data_seed=0, mode="local", target_accuracy=targets)
         config = trial_run_config(settings, name, ds, calibration, to_budget=True)
         histories.append(train(config, data).history)
         if i == 0:
@@ -254,6 +288,20 @@ def loss_star(baseline: list[History], *, target: float) -> float:
     return statistics.median(losses) if losses else math.nan
 
 
+def test_set(ds: Any, n: int) -> tuple[Any, Any]:
+    """The grid's test set (``n`` 0), or ``n`` other examples of the same generator (data
+    seed 1: none of them in the training set)."""
+    import numpy as np
+
+    from models import load_dataset
+
+    if not n:
+        return ds.X_test, ds.y_test
+    other = load_dataset("mnist1d", seed=1, n_samples=n)
+    return (np.concatenate([other.X_train, other.X_test]),
+            np.concatenate([other.y_train, other.y_test]))
+
+
 def cv(values: list[float]) -> float:
     """Sample standard deviation over the mean."""
     return statistics.stdev(values) / statistics.mean(values)
@@ -325,27 +373,28 @@ def main(argv: list[str] | None = None) -> int:
 
     from damptune import TrainData
     from models import load_dataset
-    from tasks.grid import DEFAULT_EPOCHS, DEFAULT_TARGETS
+    from tasks.grid import DEFAULT_EPOCHS
 
     args, t0 = parse_args(argv), time.perf_counter()
     torch.set_num_threads(1)  # as a rank trains; intra-op threads on a shared machine only spin
     ds = load_dataset("mnist1d", seed=0)
-    data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
+    data = TrainData.from_arrays(ds.X_train, ds.y_train, *test_set(ds, args.test_examples))
     window = args.window * len(ds.y_train)
     print(f"network {NETWORK}, local mode, seeds {args.seeds}, data_seed 0, targets "
-          f"{DEFAULT_TARGETS}, epochs {DEFAULT_EPOCHS}, W = {args.window:g} epoch "
+          f"{args.targets}, epochs {DEFAULT_EPOCHS}, W = {args.window:g} epoch "
           f"({window:.0f} examples)", flush=True)
     calibrations = {m: calibration_for(m, ds, data) for m in {CONFIGS[c][0] for c in args.configs}}
-    trained = {c: train_config(c, args.seeds, ds, data, calibrations[CONFIGS[c][0]])
+    trained = {c: train_config(c, args.seeds, ds, data, calibrations[CONFIGS[c][0]],
+                               args.targets)
                for c in args.configs}
-    stars = {m: loss_star(trained[f"{m}/{BASELINE}"][0], target=DEFAULT_TARGETS[m])
+    stars = {m: loss_star(trained[f"{m}/{BASELINE}"][0], target=args.targets[m])
              for m in calibrations}
     print("L* (the baseline's test loss at its target, median over seeds): "
           + ", ".join(f"{m} {s:.4f}" for m, s in stars.items()))
     results: Results = {}
     for name, (histories, seconds) in trained.items():
         model = CONFIGS[name][0]
-        per_seed = [outcomes(h, target=DEFAULT_TARGETS[model], loss_star=stars[model],
+        per_seed = [outcomes(h, target=args.targets[model], loss_star=stars[model],
                              window=window) for h in histories]
         results[name] = {v: [o[v] for o in per_seed] for v in VARIANTS}
         print_config(name, args.seeds, results[name], seconds)
