@@ -101,8 +101,7 @@ def _trials(run_dir: str) -> list[tuple[Any, Any, dict[str, Any]]]:
     out = []
     for summary in optuna.get_all_study_summaries(storage):
         # <grid>/n<P>/<algorithm>/<model>[/<stage>]: search, validation or matched
-        _, net, algorithm, model, *stage = summary.study_name.split("/")
-        cell = Cell(int(net[1:]), algorithm, model, stage=stage[0] if stage else "search")
+        cell = Cell.from_key(summary.study_name.split("/", 1)[1])
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         calibration = study.user_attrs.get("compute_calibration", {})
         for t in study.get_trials(deepcopy=False):

@@ -42,7 +42,7 @@ def trials_of(run_dir: str) -> dict[tuple[str, int], Any]:
 
 
 def _held_out(cell: str) -> bool:
-    return cell.count("/") == 3  # n<P>/<algorithm>/<model>/<stage>
+    return _stage(cell) != "search"
 
 
 def _seconds(trials: list[Any]) -> float:
@@ -80,7 +80,9 @@ def describe(run_dir: str, trials: dict[tuple[str, int], Any]) -> None:
 
 
 def _stage(cell: str) -> str:
-    return cell.split("/")[3] if _held_out(cell) else "search"
+    from tasks.grid import Cell
+
+    return Cell.from_key(cell).stage
 
 
 def _same(t: Any) -> tuple[Any, ...]:

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--per-worker-batch", type=int, default=128, help="examples per rank")
     t.add_argument("--workers", type=int, default=4, help="most ranks (Dask workers)")
     t.add_argument("--min-workers", type=int, default=1)
+    t.add_argument("--processes", type=int, default=None,
+                   help="Dask workers the ranks run on (default: one per rank); fewer each run "
+                   "several ranks' shares of the batch (centralized mode)")
     t.add_argument("--mode", default="centralized",
                    help="local, centralized or decentralized")
     t.add_argument("--scheduler", default=None,
@@ -128,7 +131,8 @@ def _classifier(args: argparse.Namespace, callback: Callable[[Record], None]) ->
         max_batch_size=args.max_batch_size, per_worker_batch=args.per_worker_batch,
         min_workers=args.min_workers, max_workers=args.workers, max_epochs=args.epochs,
         max_updates=args.max_updates, eval_every=args.eval_every, mode=args.mode,
-        cluster=args.scheduler, device=args.device, share_gpus=args.share_gpus,
+        cluster=args.scheduler, processes=args.processes, device=args.device,
+        share_gpus=args.share_gpus,
         micro_batch=args.micro_batch, seed=args.seed, eval_flush=args.eval_flush,
         checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds, resume=args.resume, profile=args.profile,

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
+from damptune.cluster import connect, worker_addresses
 from damptune.config import TrainConfig, cap_for, import_path, resolve
 from damptune.dampers import get_damper, spec_of
 from damptune.errors import ConfigError
@@ -72,6 +74,11 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         mode: ``"local"`` (one process), ``"centralized"`` or ``"decentralized"``.
         cluster: None (a LocalCluster of ``max_workers`` made for each fit), a scheduler address,
             a ``distributed.Client`` or a Dask cluster.
+        processes: the Dask workers the ranks run on: None, one per rank (as a real cluster
+            trains); N, the cluster's first N (a LocalCluster of N when ``cluster`` is None),
+            each running several ranks' shares of the batch when P > N. ``centralized`` mode
+            only: the same math and the same simulated time, without P processes taking turns
+            on a few cores (what a grid's ``workers_per_trial`` does).
         device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``; each rank on its worker's GPU, NCCL
             between ranks with a GPU each (:mod:`damptune.devices`).
         share_gpus: let ranks share a GPU (then gloo); else that is an error.
@@ -104,6 +111,7 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         eval_every: float = 1.0,
         mode: str = "local",
         cluster: Any = None,
+        processes: int | None = None,
         device: str = "cpu",
         seed: int = 0,
         checkpoint_path: str | None = None,
@@ -134,6 +142,7 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         self.eval_every = eval_every
         self.mode = mode
         self.cluster = cluster
+        self.processes = processes
         self.device = device
         self.seed = seed
         self.checkpoint_path = checkpoint_path
@@ -239,17 +248,35 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         return TrainData.from_arrays(X, y_enc, eval_set[0], y_val)
 
     def _run(self, config: TrainConfig, data: TrainData, state: TrainState | None) -> None:
-        state = train(
-            config, data, state=state, callback=self.callback,
-            checkpoint_path=self.checkpoint_path, resume=self.resume and state is None,
-            cluster=self.cluster,
-        )
+        with contextlib.ExitStack() as stack:
+            cluster, workers = self._placement(stack, config)
+            state = train(
+                config, data, state=state, callback=self.callback,
+                checkpoint_path=self.checkpoint_path, resume=self.resume and state is None,
+                cluster=cluster, workers=workers,
+            )
         self.state_ = state
         self.module_ = state.model
         self.history_ = state.history
         self.n_updates_ = state.update
         self.examples_seen_ = state.examples_seen
         self.stopped_ = state.stopped
+
+    def _placement(self, stack: contextlib.ExitStack,
+                   config: TrainConfig) -> tuple[Any, list[str] | None]:
+        """The cluster to train on and the workers the ranks run on (None: all of its)."""
+        if self.processes is None or config.mode == "local":
+            return self.cluster, None
+        n = self.processes
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError("processes", n, "None or an integer >= 1")
+        if config.mode == "decentralized" and n < config.max_workers:
+            raise ConfigError("processes", n, f"None or at least max_workers "
+                              f"({config.max_workers}) with mode='decentralized', whose "
+                              "all-reduce needs a worker per rank",
+                              "Use mode='centralized' to run several ranks' shares on a worker.")
+        client = stack.enter_context(connect(self.cluster, n_workers=n))
+        return client, worker_addresses(client)[:n]
 
     # -- inference --------------------------------------------------------------------------
     def predict_proba(self, X: Any) -> np.ndarray:

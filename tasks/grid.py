@@ -63,6 +63,15 @@ class Cell:
         base = f"n{self.network}/{self.algorithm}/{self.model}"
         return base if self.stage == "search" else f"{base}/{self.stage}"
 
+    @classmethod
+    def from_key(cls, key: str) -> Cell:
+        """The cell of ``key`` (``n<P>/<algorithm>/<model>[/<stage>]``: a study's name less
+        its ``<grid>/``)."""
+        parts = key.split("/")
+        if len(parts) not in (3, 4) or parts[0][:1] != "n" or not parts[0][1:].isdigit():
+            raise ValueError(f"cell key {key!r}: expected n<P>/<algorithm>/<model>[/<stage>]")
+        return cls(int(parts[0][1:]), *parts[1:])
+
     @property
     def searched(self) -> Cell:
         """The search cell of this cell (itself, for a search cell)."""

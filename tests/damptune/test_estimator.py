@@ -97,6 +97,44 @@ def test_callback_can_stop_decentralized(blobs, scheduler):
     assert clf.score(Xt, yt) > 0.5
 
 
+def _fit_on(scheduler, blobs, processes):
+    """A centralized fit of up to 4 ranks on ``processes`` workers, and the workers its Dask
+    tasks ran on (the scheduler's record)."""
+    from distributed import Client, get_task_stream
+
+    X, y, Xt, yt = blobs
+    with Client(scheduler, set_as_default=False) as client, get_task_stream(client) as stream:
+        clf = make(mode="centralized", cluster=scheduler, per_worker_batch=16, max_workers=4,
+                   processes=processes, compute_per_example=1e-5,  # one calibration for both
+                   ).fit(X, y, eval_set=(Xt, yt))
+    return clf, {t["worker"] for t in stream.data if t.get("worker")}
+
+
+def test_processes_run_p_ranks_on_fewer_workers_with_the_same_math(blobs, scheduler):
+    every, ran_every = _fit_on(scheduler, blobs, None)
+    one, ran_one = _fit_on(scheduler, blobs, 1)
+    assert len(ran_every) == 4 and len(ran_one) == 1
+    sizes = [(r["batch_size"], r["n_workers"]) for r in one.history_ if r["kind"] == "update"]
+    assert max(p for _, p in sizes) == 4  # four ranks' shares, on one worker
+    assert sizes == [(r["batch_size"], r["n_workers"]) for r in every.history_
+                     if r["kind"] == "update"]
+    assert one.state_.time_sim == every.state_.time_sim
+    evals = [[r["test_accuracy"] for r in clf.history_ if r["kind"] == "eval"]
+             for clf in (one, every)]
+    assert evals[0] == pytest.approx(evals[1], abs=1e-6)
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"processes": 0, "mode": "centralized"}, r"processes=0.*integer >= 1"),
+    ({"processes": 2, "mode": "decentralized", "max_workers": 4},
+     r"processes=2.*at least max_workers \(4\)"),
+])
+def test_bad_processes_fail_naming_it(blobs, scheduler, kw, match):
+    X, y, _, _ = blobs
+    with pytest.raises(ConfigError, match=match):
+        make(cluster=scheduler, per_worker_batch=16, **kw).fit(X, y)
+
+
 @pytest.mark.parametrize(("kw", "match"), [
     ({"batch_size": "nope"}, r"batch_size='nope'.*geodamp"),
     ({"mode": "parallel"}, r"mode='parallel'.*centralized"),

@@ -35,17 +35,16 @@ def _complete(run_dir):
 
 
 def _network(study_name):
-    return int(study_name.split("/")[1][1:])
+    return Cell.from_key(study_name.split("/", 1)[1]).network
 
 
 def _trained_alone(settings, scheduler, trial, study_name):
     """The objective of ``trial``'s configuration trained now as its cell trains (its network,
     stage, settings and stored calibration), on as many workers as the grid's trial had."""
     ds = load_dataset(settings.dataset, seed=settings.data_seed)
-    _, size, algorithm, model, *stage = study_name.split("/")
-    cell = Cell(int(size[1:]), algorithm, model, *stage)
+    cell = Cell.from_key(study_name.split("/", 1)[1])
     keeper = CalibrationKeeper(open_study(settings, cell.searched, n_train=len(ds.y_train)))
-    if stage:  # a held-out seed's training: the validation (or matched) cell's settings
+    if cell.stage != "search":  # a held-out seed's: the validation (or matched) cell's settings
         settings = GridSettings(**validation_settings(settings, source=cell.searched))
     config = keeper.stored(trial_config(settings, cell, trial.params, ds,
                                         seed=trial.user_attrs.get("train_seed")))
