@@ -265,11 +265,11 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
     def _placement(self, stack: contextlib.ExitStack,
                    config: TrainConfig) -> tuple[Any, list[str] | None]:
         """The cluster to train on and the workers the ranks run on (None: all of its)."""
-        if self.processes is None or config.mode == "local":
-            return self.cluster, None
         n = self.processes
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise ConfigError("processes", n, "None or an integer >= 1")
+        if n is None or config.mode == "local":
+            return self.cluster, None
         if config.mode == "decentralized" and n < config.max_workers:
             raise ConfigError("processes", n, f"None or at least max_workers "
                               f"({config.max_workers}) with mode='decentralized', whose "
