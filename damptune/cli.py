@@ -40,7 +40,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="damptune", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_train_parser(sub)
 
+    from damptune import overhead_cli, simulate
+
+    simulate.add_parser(sub)
+    overhead_cli.add_parser(sub)
+    # commands of other packages (the tuning pipeline registers `tune` and `report`)
+    for entry in entry_points(group="damptune.commands"):
+        entry.load()(sub)
+    return parser
+
+
+def _add_train_parser(sub: Any) -> None:
     t = sub.add_parser("train", help="train one model with one damper and print a summary")
     t.add_argument("--model", default="mlp", help="model name (mlp, cnn, wrn16_4)")
     t.add_argument("--dataset", default="mnist1d", help="mnist1d, digits, synthetic, cifar10")
@@ -90,15 +102,6 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--profile", default=DEFAULT_PROFILE,
                    help="network profile of the simulated time (see `damptune simulate`)")
-
-    from damptune import overhead_cli, simulate
-
-    simulate.add_parser(sub)
-    overhead_cli.add_parser(sub)
-    # commands of other packages (the tuning pipeline registers `tune` and `report`)
-    for entry in entry_points(group="damptune.commands"):
-        entry.load()(sub)
-    return parser
 
 
 def _progress_bar(args: argparse.Namespace, n_train: int) -> tuple[Any, Callable[[Record], None]]:

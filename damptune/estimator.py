@@ -137,12 +137,10 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         self.per_worker_batch = per_worker_batch
         self.min_workers = min_workers
         self.max_workers = max_workers
-        self.max_epochs = max_epochs
-        self.max_updates = max_updates
+        self.max_epochs, self.max_updates = max_epochs, max_updates
         self.eval_every = eval_every
         self.mode = mode
-        self.cluster = cluster
-        self.processes = processes
+        self.cluster, self.processes = cluster, processes
         self.device = device
         self.seed = seed
         self.checkpoint_path = checkpoint_path
