@@ -288,7 +288,7 @@ def loss_star(baseline: list[History], *, target: float) -> float:
     return statistics.median(losses) if losses else math.nan
 
 
-def test_set(ds: Any, n: int) -> tuple[Any, Any]:
+def evaluation_set(ds: Any, n: int) -> tuple[Any, Any]:
     """The grid's test set (``n`` 0), or ``n`` other examples of the same generator (data
     seed 1: none of them in the training set)."""
     import numpy as np
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     args, t0 = parse_args(argv), time.perf_counter()
     torch.set_num_threads(1)  # as a rank trains; intra-op threads on a shared machine only spin
     ds = load_dataset("mnist1d", seed=0)
-    data = TrainData.from_arrays(ds.X_train, ds.y_train, *test_set(ds, args.test_examples))
+    data = TrainData.from_arrays(ds.X_train, ds.y_train, *evaluation_set(ds, args.test_examples))
     window = args.window * len(ds.y_train)
     print(f"network {NETWORK}, local mode, seeds {args.seeds}, data_seed 0, targets "
           f"{args.targets}, epochs {DEFAULT_EPOCHS}, W = {args.window:g} epoch "
