@@ -224,6 +224,26 @@ def _speedup_lines(runs: dict[int, Answer], pairs: list[tuple[int, str]],
             print(f"  seed {s} {model}: " + "; ".join(parts))
 
 
+def held_out_noise(runs: dict[int, Answer], goal: float = 0.05) -> None:
+    """Per run and model: the CV (sample std / mean) of each answer's objective over its
+    held-out seeds, one fixed configuration each (a row shared across network sizes counted
+    once): issue 24's objective noise, measured on the configurations the answer rests on."""
+    print(f"objective noise of the answers' configurations, CV over their held-out seeds "
+          f"(goal <= {100 * goal:.0f} %):")
+    for run, pairs in runs.items():
+        rows = {r["study"]: r for rs in pairs.values() for r in rs if len(r["values"]) > 1}
+        for model in sorted({r["model"] for r in rows.values()}):
+            cvs = sorted((statistics.stdev(vs) / statistics.mean(vs), study)
+                         for study, r in rows.items() if r["model"] == model
+                         for vs in [list(r["values"].values())])
+            if not cvs:
+                continue
+            print(f"  run {run} {model}: median {100 * statistics.median(c for c, _ in cvs):.1f} "
+                  f"%, {100 * cvs[0][0]:.1f}-{100 * cvs[-1][0]:.1f} % (the most: "
+                  f"{cvs[-1][1].split('/', 1)[1]}); <= {100 * goal:.0f} % in "
+                  f"{sum(c <= goal for c, _ in cvs)} of {len(cvs)} configurations")
+
+
 def misses(run_dir: str) -> None:
     """How the held-out trainings (validation and matched) of a finished grid missed: per model,
     how many missed the target and by how much (target - best accuracy, in points). A small
@@ -357,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
             re_asks(run_dir)
     else:
         runs = {s: run_grid(s, args) for s in args.seeds}
+    held_out_noise(runs)
     report(runs)
     for k in args.held_out or []:
         print(f"\n## the first {k} held-out seeds of each grid")
