@@ -96,19 +96,18 @@ def _default_text(value: Any) -> str:
 
 class _FlowDefaultsFormatter(argparse.HelpFormatter):
     """The help of a flow parameter's option, written when it is printed (so `damptune train`
-    never imports Prefect): the description the deployment's parameter schema gives it and the
+    never imports Prefect, and `tune --help` imports only Prefect's docstring parser): the
+    description the deployment's parameter schema gives it and the
     default of the ``tune`` flow's signature. A description that already says what its None
     default means gets no default appended."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        from flows.signature import flow_params
+        from flows.signature import flow_params, source_defaults, source_descriptions
 
         if action.dest not in {p.name for p in flow_params()}:
             return action.help or ""
-        from flows.tune import flow_defaults, flow_descriptions
-
-        text = flow_descriptions()[action.dest].replace("%", "%%")
-        value = flow_defaults()[action.dest]
+        text = source_descriptions()[action.dest].replace("%", "%%")
+        value = source_defaults()[action.dest]
         if action.const is not None:  # a switch against its default
             now, was = str(not value).lower(), str(value).lower()
             return f"{action.dest} {now} (default: {was}; {text})"

@@ -4,8 +4,9 @@
 
 ``damptune tune``'s options are generated from this; their help, written only when printed,
 takes each parameter's description as Prefect reads it for the deployment's parameter schema
-(``flows.tune.flow_descriptions``) and its default from the flow's signature
-(tests/flows/test_defaults.py compares the help with the schema).
+(``source_descriptions``, as ``flows.tune.flow_descriptions``) and its default from the flow's
+signature (``source_defaults``, as ``flows.tune.flow_defaults``), both read from the source
+(tests/flows/test_defaults.py compares the help with the schema and the flow's defaults).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FlowParam", "flow_params", "base_type"]
+__all__ = ["FlowParam", "flow_params", "base_type", "source_defaults", "source_descriptions"]
 
 _NO_DEFAULT = object()
 
@@ -38,12 +39,7 @@ def flow_params(module: str = "flows.tune", function: str = "tune") -> tuple[Flo
     """The parameters of ``module.function``, read from its source file."""
     from flows import params
 
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        raise ImportError(f"no source for {module}")
-    with open(spec.origin) as f:
-        tree = ast.parse(f.read())
-    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    _, fn = _source(module, function)
     args = fn.args.args + fn.args.kwonlyargs
     defaults = [None] * (len(fn.args.args) - len(fn.args.defaults)) + list(fn.args.defaults)
     defaults += list(fn.args.kw_defaults)
@@ -57,6 +53,51 @@ def flow_params(module: str = "flows.tune", function: str = "tune") -> tuple[Flo
             default = _NO_DEFAULT
         out.append(FlowParam(arg.arg, annotation, default))
     return tuple(out)
+
+
+def _source(module: str, function: str) -> tuple[ast.Module, ast.FunctionDef]:
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"no source for {module}")
+    with open(spec.origin) as f:
+        tree = ast.parse(f.read())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    return tree, fn
+
+
+@functools.cache
+def source_defaults(module: str = "flows.tune", function: str = "tune") -> dict[str, Any]:
+    """Every parameter's default, as the flow's signature evaluates it, without importing the
+    flow (nor Prefect): each default expression evaluated with the names it uses imported
+    from where the module imports them (``list(ALGORITHMS)``: ``tasks.grid``).
+    tests/flows/test_defaults.py checks it equals ``flows.tune.flow_defaults()``."""
+    tree, fn = _source(module, function)
+    origins = {alias.asname or alias.name: (node.module, alias.name)
+               for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
+               for alias in node.names}
+    args = fn.args.args + fn.args.kwonlyargs
+    nodes = [None] * (len(fn.args.args) - len(fn.args.defaults)) + list(fn.args.defaults)
+    nodes += list(fn.args.kw_defaults)
+    out = {}
+    for arg, node in zip(args, nodes, strict=True):
+        if node is None:
+            continue
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & set(origins)
+        namespace = {name: getattr(importlib.import_module(origins[name][0]), origins[name][1])
+                     for name in names}
+        out[arg.arg] = eval(compile(ast.Expression(node), module, "eval"), namespace)  # noqa: S307
+    return out
+
+
+@functools.cache
+def source_descriptions(module: str = "flows.tune", function: str = "tune") -> dict[str, str]:
+    """The parameters' descriptions, as Prefect reads them from the flow's docstring for the
+    deployment's parameter schema (``flows.tune.flow_descriptions``), without importing the
+    flow."""
+    from prefect.utilities.callables import parameter_docstrings
+
+    _, fn = _source(module, function)
+    return parameter_docstrings(ast.get_docstring(fn))
 
 
 def base_type(annotation: Any) -> Any:

@@ -10,8 +10,8 @@ import sys
 
 from damptune import interrupt
 from damptune.cli import main
-from flows.signature import base_type, flow_params
-from flows.tune import flow_defaults, grid_of
+from flows.signature import base_type, flow_params, source_defaults, source_descriptions
+from flows.tune import flow_defaults, flow_descriptions, grid_of
 from tasks.grid import GridSettings, shared_across_networks
 
 
@@ -25,6 +25,12 @@ def test_flow_defaults_equal_the_grid_settings_defaults():
                           "max_cluster_lifetime", "data_root",
                           "workers_per_trial"}:
         assert getattr(settings, name) == flow[name], name
+
+
+def test_the_help_reads_the_flows_own_defaults_and_descriptions_from_its_source():
+    # what `damptune tune --help` prints without importing the flow is what the flow has
+    assert source_defaults() == flow_defaults()
+    assert source_descriptions() == flow_descriptions()
 
 
 def test_every_tune_option_is_a_flow_parameter_and_the_defaults_validate():
