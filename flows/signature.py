@@ -40,12 +40,9 @@ def flow_params(module: str = "flows.tune", function: str = "tune") -> tuple[Flo
     from flows import params
 
     _, fn = _source(module, function)
-    args = fn.args.args + fn.args.kwonlyargs
-    defaults = [None] * (len(fn.args.args) - len(fn.args.defaults)) + list(fn.args.defaults)
-    defaults += list(fn.args.kw_defaults)
     namespace = {**vars(params), **vars(typing)}
     out = []
-    for arg, node in zip(args, defaults, strict=True):
+    for arg, node in _arguments(fn):
         annotation = eval(ast.unparse(arg.annotation), namespace) if arg.annotation else Any  # noqa: S307
         try:
             default = ast.literal_eval(node) if node is not None else _NO_DEFAULT
@@ -55,7 +52,9 @@ def flow_params(module: str = "flows.tune", function: str = "tune") -> tuple[Flo
     return tuple(out)
 
 
+@functools.cache
 def _source(module: str, function: str) -> tuple[ast.Module, ast.FunctionDef]:
+    """The module's parsed source and ``function``'s node in it (read once; not changed)."""
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise ImportError(f"no source for {module}")
@@ -63,6 +62,14 @@ def _source(module: str, function: str) -> tuple[ast.Module, ast.FunctionDef]:
         tree = ast.parse(f.read())
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
     return tree, fn
+
+
+def _arguments(fn: ast.FunctionDef) -> list[tuple[ast.arg, ast.expr | None]]:
+    """Each parameter of ``fn`` (positional, then keyword-only) with its default's expression
+    (None: no default)."""
+    positional: list[ast.expr | None] = [None] * (len(fn.args.args) - len(fn.args.defaults))
+    defaults = positional + list(fn.args.defaults) + list(fn.args.kw_defaults)
+    return list(zip(fn.args.args + fn.args.kwonlyargs, defaults, strict=True))
 
 
 @functools.cache
@@ -75,11 +82,8 @@ def source_defaults(module: str = "flows.tune", function: str = "tune") -> dict[
     origins = {alias.asname or alias.name: (node.module, alias.name)
                for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
                for alias in node.names}
-    args = fn.args.args + fn.args.kwonlyargs
-    nodes = [None] * (len(fn.args.args) - len(fn.args.defaults)) + list(fn.args.defaults)
-    nodes += list(fn.args.kw_defaults)
     out = {}
-    for arg, node in zip(args, nodes, strict=True):
+    for arg, node in _arguments(fn):
         if node is None:
             continue
         names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & set(origins)
