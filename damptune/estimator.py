@@ -30,6 +30,7 @@ from damptune.errors import ConfigError
 from damptune.netmodel import DEFAULT_PROFILE
 from damptune.state import TrainData, TrainState
 from damptune.trainer import Callback, train
+from damptune.validate import workers_for_ranks
 
 __all__ = ["DampedClassifier"]
 
@@ -268,11 +269,8 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
             raise ConfigError("processes", n, "None or an integer >= 1")
         if n is None or config.mode == "local":
             return self.cluster, None
-        if config.mode == "decentralized" and n < config.max_workers:
-            raise ConfigError("processes", n, f"None or at least max_workers "
-                              f"({config.max_workers}) with mode='decentralized', whose "
-                              "all-reduce needs a worker per rank",
-                              "Use mode='centralized' to run several ranks' shares on a worker.")
+        workers_for_ranks("processes", n, mode=config.mode, ranks=config.max_workers,
+                          ranks_name="max_workers", unset="None")
         client = stack.enter_context(connect(self.cluster, n_workers=n))
         return client, worker_addresses(client)[:n]
 

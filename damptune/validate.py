@@ -17,7 +17,7 @@ from typing import Any
 from damptune.errors import ConfigError
 
 __all__ = ["positive_int", "seed_int", "positive_float", "non_negative_float", "number_in",
-           "choice"]
+           "choice", "workers_for_ranks"]
 
 
 def _is_number(value: Any) -> bool:
@@ -66,3 +66,15 @@ def choice(param: str, value: Any, accepted: Iterable[Any]) -> Any:
     if value not in options:
         raise ConfigError(param, value, f"one of {options}")
     return value
+
+
+def workers_for_ranks(param: str, value: int, *, mode: str, ranks: int, ranks_name: str,
+                      unset: str) -> None:
+    """``value`` workers for up to ``ranks`` ranks, fewer each running several ranks' shares:
+    only ``centralized`` mode can; ``decentralized``'s all-reduce needs a worker per rank.
+    ``unset`` is what the parameter takes for one worker per rank (``0``, ``None``)."""
+    if mode == "decentralized" and 0 < value < ranks:
+        raise ConfigError(param, value,
+                          f"{unset} or at least {ranks_name} ({ranks}) with mode='decentralized', "
+                          "whose all-reduce needs a worker per rank",
+                          "Use mode='centralized' to run several ranks' shares on a worker.")

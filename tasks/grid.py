@@ -16,6 +16,7 @@ from damptune.validate import (
     positive_float,
     positive_int,
     seed_int,
+    workers_for_ranks,
 )
 from models import DATASETS, MODELS, check_dataset
 from tasks.choices import GRID_DEVICES, GRID_MODES, PRUNERS, SAMPLERS
@@ -256,11 +257,8 @@ def _check_workers_per_trial(settings: GridSettings, networks: list[int]) -> Non
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise ConfigError("workers_per_trial", workers,
                           "an integer >= 0 (0: one Dask worker per rank)")
-    if settings.mode == "decentralized" and 0 < workers < max(networks):
-        raise ConfigError("workers_per_trial", workers,
-                          f"0 or at least the largest network ({max(networks)}) with "
-                          "mode='decentralized', whose all-reduce needs a worker per rank",
-                          "Use mode='centralized' to run several ranks' shares on a worker.")
+    workers_for_ranks("workers_per_trial", workers, mode=settings.mode, ranks=max(networks),
+                      ranks_name="the largest network", unset="0")
 
 
 def _check_lists(*, networks: list[int], algorithms: list[str], models: list[str]) -> None:
