@@ -59,7 +59,7 @@ def describe(run_dir: str, trials: dict[tuple[str, int], Any]) -> None:
     done = [(k, t) for k, t in trials.items() if t.datetime_complete and t.datetime_start]
     search = [t for (cell, _), t in done if not _held_out(cell)]
     held = [t for (cell, _), t in done if _held_out(cell)]
-    reused = [t for _, t in done if REUSED_ATTR in t.user_attrs]
+    reused = [(k, t) for k, t in done if REUSED_ATTR in t.user_attrs]
     first = min(t.datetime_start for _, t in done)
     last = max(t.datetime_complete for _, t in done)
     search_end = max(t.datetime_complete for t in search)
@@ -67,6 +67,7 @@ def describe(run_dir: str, trials: dict[tuple[str, int], Any]) -> None:
               for w in WINDOWS]
     span = (last - first).total_seconds()
     trained = [t for _, t in done if REUSED_ATTR not in t.user_attrs]
+    reused_seconds = _seconds([t for _, t in reused])
     print(f"{run_dir}: {len(trials)} trials {dict(Counter(t.state.name for t in trials.values()))}"
           f"; {len(search)} search, {len(held)} held-out")
     print(f"  search stage {search_end - first}; held-out stage after it {last - search_end}; "
@@ -74,8 +75,8 @@ def describe(run_dir: str, trials: dict[tuple[str, int], Any]) -> None:
     print(f"  finished within {' / '.join(map(str, WINDOWS))} s of the first start: "
           f"{' / '.join(map(str, within))}")
     print(f"  trial seconds: search {_seconds(search):.0f}, held-out {_seconds(held):.0f}; "
-          f"{len(reused)} reused another's training ({_seconds(reused):.1f} s; "
-          f"{dict(Counter(_stage(k[0]) for k, t in done if REUSED_ATTR in t.user_attrs))})")
+          f"{len(reused)} reused another's training ({reused_seconds:.1f} s; "
+          f"{dict(Counter(_stage(cell) for (cell, _), _ in reused))})")
     print(f"  trials training at once, mean over the span: {_seconds(trained) / span:.2f}")
 
 
