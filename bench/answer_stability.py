@@ -328,6 +328,35 @@ def re_asks(run_dir: str, within: float = 0.005) -> None:
           "pruned trial of their cell")
 
 
+def flat_trials(run_dir: str) -> None:
+    """Per model and algorithm, how many search trials of a finished grid got the very value
+    of an earlier trial of their cell: the same trajectory to the target, so their
+    configuration did not act before the target was reached (a ``delay`` past the target's
+    epoch, for one). Each search trial trains on the grid's one training seed, so two such
+    configurations are one experiment, and the search learned nothing from the second."""
+    import collections
+
+    import optuna
+
+    from tasks.grid import Cell
+
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    flat: collections.Counter[str] = collections.Counter()
+    asked: collections.Counter[str] = collections.Counter()
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        if summary.user_attrs.get("stage", "search") != "search":
+            continue
+        cell = Cell.from_key(summary.study_name.split("/", 1)[1])
+        kind = f"{cell.algorithm}/{cell.model}"
+        seen: set[float] = set()
+        for t in optuna.load_study(study_name=summary.study_name, storage=storage).get_trials():
+            asked[kind] += 1
+            if t.value is not None:
+                flat[kind] += t.value in seen
+                seen.add(t.value)
+    print(f"  {run_dir}: " + "; ".join(f"{k} {flat[k]} of {asked[k]}" for k in sorted(asked)))
+
+
 def _near(a: dict[str, Any], b: dict[str, Any], within: float) -> bool:
     return a.keys() == b.keys() and all(
         abs(math.log10(a[k]) - math.log10(b[k])) < within if isinstance(a[k], float)
@@ -376,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         print("search trials that asked a pruned configuration again:")
         for run_dir in args.run_dirs:
             re_asks(run_dir)
+        print("search trials with the value of an earlier trial of their cell (a flat region):")
+        for run_dir in args.run_dirs:
+            flat_trials(run_dir)
     else:
         runs = {s: run_grid(s, args) for s in args.seeds}
     held_out_noise(runs)
