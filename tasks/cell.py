@@ -30,6 +30,7 @@ from tasks.search import (
     open_study,
     storage_for,
     study_name,
+    study_space,
     summarize,
     with_storage_retries,
 )
@@ -82,7 +83,8 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
         session.tracking, grid, c, study_name(grid, c)), what="opening the cell's run")
     total = grid.trials_for(c.model) if c.stage == "search" else validation_total(study)
     driver = StudyDriver(study, grid, leases=session.leases, owner=session.key,
-                         space=distributions(grid, c), batch=max_concurrent_trials, total=total)
+                         space=study_space(study, distributions(grid, c)),
+                         batch=max_concurrent_trials, total=total)
     submit = {"settings": settings, "cell_key": c.key, "cell": cell, "session_key": session.key,
               "experiment_id": exp_id, "parent_run_id": parent}
     retries = Retries(c.key, attempts=grid.trial_attempts, backoff=grid.retry_backoff)

@@ -20,7 +20,7 @@ from tasks.samplers import NoRepeatSampler, PrunedSeenSampler
 
 __all__ = [
     "summarize",
-    "storage_for", "study_name", "open_study", "distributions", "FINISHED",
+    "storage_for", "study_name", "open_study", "distributions", "study_space", "FINISHED",
     "best_value", "best_trial", "reached_target", "TARGET_CONSTRAINT",
     "finished_in_grid", "check_grid_data", "sampler_for", "sampler_kind", "pruner_for",
     "pruner_acts_on_reports",
@@ -60,6 +60,27 @@ def storage_for(url: str) -> optuna.storages.BaseStorage:
 def study_name(settings: GridSettings, cell: Cell) -> str:
     """Deterministic: ``<grid name>/<cell key>``; reruns find the same study."""
     return f"{settings.grid_name}/{cell.key}"
+
+
+def study_space(study: optuna.Study,
+                space: dict[str, BaseDistribution]) -> dict[str, BaseDistribution]:
+    """``space``, but a parameter the study's trials recorded on another scale keeps the
+    recorded distribution. Optuna refuses a parameter another ``log`` setting within one study,
+    and a grid an earlier damptune searched (``geodamp``'s ``delay`` was linear) must rerun as
+    it ran: the same trials asked. Any other difference (a range clipped to another budget)
+    takes ``space``."""
+    recorded: dict[str, BaseDistribution] = {}
+    for trial in study.get_trials(deepcopy=False):
+        for name, distribution in trial.distributions.items():
+            recorded.setdefault(name, distribution)
+    return {name: _kept_scale(recorded.get(name), d) for name, d in space.items()}
+
+
+def _kept_scale(old: BaseDistribution | None, new: BaseDistribution) -> BaseDistribution:
+    if (isinstance(new, FloatDistribution | IntDistribution) and type(old) is type(new)
+            and old.log != new.log):
+        return old
+    return new
 
 
 def distributions(settings: GridSettings, cell: Cell) -> dict[str, BaseDistribution]:

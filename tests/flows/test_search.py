@@ -74,3 +74,32 @@ def test_gp_sampler_and_successive_halving_run_and_report(tmp_path):
         regular = steps[:-1] if t.state == optuna.trial.TrialState.PRUNED else steps
         assert len(steps) <= 5 and all(
             b - a >= 3000 for a, b in zip(regular, regular[1:], strict=False))
+
+
+def test_a_grid_searched_with_a_linear_delay_reruns_on_its_own_scale(tmp_path, monkeypatch):
+    """`geodamp`'s `delay` is searched on a log scale; a grid an earlier damptune searched on
+    the linear one (Optuna refuses a parameter another scale within a study) reruns to more
+    trials on the scale its study recorded, keeping every trial it had. A new grid gets the
+    log scale."""
+    from damptune import Param
+    from damptune.dampers import GeoDamp
+
+    run_dir, name = str(tmp_path / "old"), "old/n4/geodamp/mlp"
+    linear = tuple(Param(p.name, p.low, p.high, False, p.integer, p.unit, p.doc)
+                   if p.name == "delay" else p for p in GeoDamp.search_space)
+    with monkeypatch.context() as m:  # the space as it was
+        m.setattr(GeoDamp, "search_space", linear)
+        tune(algorithms=["geodamp"], trials=2, grid_name="old", run_dir=run_dir, **SMALL)
+    before = [(t.number, t.state, t.params, t.value) for t in trials(run_dir, name)]
+    assert len(before) == 2 and not trials(run_dir, name)[0].distributions["delay"].log
+
+    tune(algorithms=["geodamp"], trials=4, grid_name="old", run_dir=run_dir, **SMALL)
+    after = trials(run_dir, name)
+    assert [(t.number, t.state, t.params, t.value) for t in after[:2]] == before
+    assert len(after) == 4 and all(t.state.is_finished() for t in after)
+    assert [t.distributions["delay"].log for t in after] == [False] * 4
+
+    tune(algorithms=["geodamp"], trials=2, grid_name="new", run_dir=str(tmp_path / "new"),
+         **SMALL)
+    assert all(t.distributions["delay"].log for t in trials(str(tmp_path / "new"),
+                                                             "new/n4/geodamp/mlp"))
