@@ -37,6 +37,7 @@ import math
 import os
 import statistics
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -306,6 +307,17 @@ def near_misses(run_dir: str) -> None:
     print("\n".join(lines))
 
 
+def search_studies(run_dir: str) -> Iterator[tuple[str, list[Any]]]:
+    """(cell key, trials) of each search study of a finished grid."""
+    import optuna
+
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        if summary.user_attrs.get("stage", "search") == "search":
+            yield summary.study_name.split("/", 1)[1], optuna.load_study(
+                study_name=summary.study_name, storage=storage).get_trials()
+
+
 def re_asks(run_dir: str, within: float = 0.005) -> None:
     """How many search trials of a finished grid asked (nearly) the configuration of an
     earlier trial of their cell that the bound had pruned: every hyperparameter within
@@ -313,11 +325,8 @@ def re_asks(run_dir: str, within: float = 0.005) -> None:
     trials, asked such points again (``tasks/samplers.py``)."""
     import optuna
 
-    storage, asked, again = f"sqlite:///{run_dir}/optuna.db", 0, 0
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        if summary.user_attrs.get("stage", "search") != "search":
-            continue
-        trials = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials()
+    asked, again = 0, 0
+    for _, trials in search_studies(run_dir):
         pruned: list[dict[str, Any]] = []
         for t in trials:
             asked += 1
@@ -336,20 +345,15 @@ def flat_trials(run_dir: str) -> None:
     configurations are one experiment, and the search learned nothing from the second."""
     import collections
 
-    import optuna
-
     from tasks.grid import Cell
 
-    storage = f"sqlite:///{run_dir}/optuna.db"
     flat: collections.Counter[str] = collections.Counter()
     asked: collections.Counter[str] = collections.Counter()
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        if summary.user_attrs.get("stage", "search") != "search":
-            continue
-        cell = Cell.from_key(summary.study_name.split("/", 1)[1])
+    for key, trials in search_studies(run_dir):
+        cell = Cell.from_key(key)
         kind = f"{cell.algorithm}/{cell.model}"
         seen: set[float] = set()
-        for t in optuna.load_study(study_name=summary.study_name, storage=storage).get_trials():
+        for t in trials:
             asked[kind] += 1
             if t.value is not None:
                 flat[kind] += t.value in seen
