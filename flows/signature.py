@@ -26,8 +26,8 @@ _NO_DEFAULT = object()
 
 @dataclass(frozen=True)
 class FlowParam:
-    """One parameter of the flow: ``default`` is ``_NO_DEFAULT`` unless it is a literal (the
-    flow's real defaults: ``flows.tune.flow_defaults``, which imports the flow)."""
+    """One parameter of the flow: ``default`` is ``_NO_DEFAULT`` unless it is a literal (every
+    default, evaluated: :func:`source_defaults`, which imports what the defaults name)."""
 
     name: str
     annotation: Any
