@@ -210,10 +210,12 @@ def _verdict(rows: list[dict[str, Any]]) -> str:
     if not tied:
         return "No algorithm reached the target on most held-out seeds."
     if len(tied) == 1:
-        return f"**{tied[0]}** is the fastest: every other algorithm is significantly slower."
+        return (f"**{tied[0]}** is the fastest: every other algorithm is significantly "
+                "slower (95 %, family-wise).")
     more = rows[0].get("resolve_seeds")
     hint = (f" About {more} held-out seeds would tell the two best apart at this spread."
             if more else " More trials per cell (a better best configuration) or more seeds "
             "may tell them apart.")
-    return (f"**Indistinguishable** at 95 %: {', '.join(tied)} (the tied-best set; "
+    return (f"**Indistinguishable** at 95 % (family-wise over the comparisons with the best): "
+            f"{', '.join(tied)} (the tied-best set; "
             f"{tied[0]} has the least mean).{hint}")

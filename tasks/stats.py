@@ -5,7 +5,11 @@ Every algorithm of a (network, model) pair is retrained on the same held-out see
 times on one seed cancels what the seed does to both. Ratios are averaged on the log scale
 (a geometric mean) with a Student-t 95 % interval. An algorithm is in the **tied-best set**
 when the interval of its paired ratio to the best (lowest mean) algorithm includes 1: the data
-cannot say it is slower.
+cannot say it is slower. That interval is **family-wise**: a pair of k algorithms makes k - 1
+comparisons with its best at once, so each is made at 1 - 0.05 / (k - 1) (Bonferroni), and
+"every other algorithm is significantly slower" is a 95 % statement about all of them together,
+not about each one (at 95 % each, a pair of 7 would call a truly tied algorithm slower with a
+chance of up to 1 - 0.95**6 = 26 %). With two algorithms it is the plain 95 % interval.
 
 Example:
     >>> lo, mid, hi = paired_ratio({1: 10.0, 2: 12.0, 3: 11.0}, {1: 5.0, 2: 6.1, 3: 5.4})
@@ -24,13 +28,15 @@ from typing import Any
 from scipy.special import stdtrit
 
 __all__ = ["CONFIDENCE", "mostly_reached", "mean_ci", "paired_ratio", "compare_pair",
-           "seeds_to_resolve", "answer_rows", "ANSWER_COLUMNS"]
+           "family", "seeds_to_resolve", "answer_rows", "ANSWER_COLUMNS"]
 
 CONFIDENCE = 0.95
 
 
-def _t(n: int) -> float:
-    return float(stdtrit(n - 1, 0.5 + CONFIDENCE / 2))
+def _t(n: int, comparisons: int = 1) -> float:
+    """The two-sided Student-t quantile of ``n`` values at ``CONFIDENCE``, Bonferroni-adjusted
+    for ``comparisons`` made at once."""
+    return float(stdtrit(n - 1, 1 - (1 - CONFIDENCE) / (2 * max(1, comparisons))))
 
 
 def mostly_reached(reached: list[bool], n_seeds: int) -> bool:
@@ -41,23 +47,26 @@ def mostly_reached(reached: list[bool], n_seeds: int) -> bool:
     return 2 * sum(reached) > n_seeds
 
 
-def mean_ci(values: list[float]) -> tuple[float, float | None]:
-    """(mean, half-width of its 95 % interval); no interval from fewer than 2 values."""
+def mean_ci(values: list[float], comparisons: int = 1) -> tuple[float, float | None]:
+    """(mean, half-width of its 95 % interval, family-wise over ``comparisons``); no interval
+    from fewer than 2 values."""
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, None
-    return mean, _t(len(values)) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, (_t(len(values), comparisons) * statistics.stdev(values)
+                  / math.sqrt(len(values)))
 
 
-def paired_ratio(base: dict[int, float], other: dict[int, float]
+def paired_ratio(base: dict[int, float], other: dict[int, float], comparisons: int = 1
                  ) -> tuple[float | None, float | None, float | None]:
     """``base / other`` over the seeds both have: (low, geometric mean, high) of the 95 %
-    interval; None where fewer than 2 seeds (1 seed: the ratio, no interval)."""
+    interval (family-wise over ``comparisons`` made at once); None where fewer than 2 seeds
+    (1 seed: the ratio, no interval)."""
     seeds = sorted(set(base) & set(other))
     logs = [math.log(base[s] / other[s]) for s in seeds if base[s] > 0 and other[s] > 0]
     if not logs:
         return None, None, None
-    mid, half = mean_ci(logs)
+    mid, half = mean_ci(logs, comparisons)
     if half is None:
         return None, math.exp(mid), None
     return math.exp(mid - half), math.exp(mid), math.exp(mid + half)
@@ -66,9 +75,10 @@ def paired_ratio(base: dict[int, float], other: dict[int, float]
 def compare_pair(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:
     """The validation rows of one (network, model) pair with their statistics: ``mean``,
     ``ci`` (half-width), ``n_seeds``, ``speedup`` over ``baseline`` with ``speedup_low`` and
-    ``speedup_high`` (paired), ``vs_best_low`` (the interval's low end of this / best),
-    ``reliable`` (reached the target on most seeds) and ``tied_best``; sorted by mean, the
-    reliable ones first. The best is the reliable one of least mean; only reliable ones tie."""
+    ``speedup_high`` (paired), ``vs_best_low`` (the low end of this / best's family-wise
+    interval: one of the reliable rows' comparisons with the best), ``reliable`` (reached the
+    target on most seeds) and ``tied_best``; sorted by mean, the reliable ones first. The best
+    is the reliable one of least mean; only reliable ones tie."""
     rows = [dict(r) for r in rows if r["values"]]
     base = next((r for r in rows if r["algorithm"] == baseline), None)
     for r in rows:
@@ -84,16 +94,25 @@ def compare_pair(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str,
         r["speedup"], r["speedup_low"], r["speedup_high"] = mid, low, high
     rows.sort(key=lambda r: (not r["reliable"], r["mean"], r["algorithm"]))
     best = rows[0] if rows and rows[0]["reliable"] else None
+    rivals = family(rows)
     for r in rows:
-        low, _, _ = paired_ratio(r["values"], best["values"]) if best else (None, None, None)
+        low, _, _ = (paired_ratio(r["values"], best["values"], rivals) if best
+                     else (None, None, None))
         r["vs_best_low"] = low
         r["tied_best"] = r["reliable"] and (r is best or low is None or low <= 1.0)
     return rows
 
 
+def family(rows: list[dict[str, Any]]) -> int:
+    """The comparisons with the best that a pair's tied-best set makes at once: one per other
+    reliable row (at least 1)."""
+    return max(1, sum(bool(r["reliable"]) for r in rows) - 1)
+
+
 def seeds_to_resolve(rows: list[dict[str, Any]]) -> int | None:
     """Held-out seeds that would tell the best from the runner-up at this spread (the paired
-    interval's half-width shrinks as 1/sqrt(n)): None when they are told apart already."""
+    interval's half-width shrinks as 1/sqrt(n)), at the tied-best set's family-wise level:
+    None when they are told apart already."""
     if len(rows) < 2 or not rows[1]["tied_best"]:
         return None
     best, second = rows[0], rows[1]
@@ -105,7 +124,8 @@ def seeds_to_resolve(rows: list[dict[str, Any]]) -> int | None:
     if sd == 0:
         return None
     n = 2
-    while n < 10_000 and _t(n) * sd / math.sqrt(n) >= mean:
+    rivals = family(rows)
+    while n < 10_000 and _t(n, rivals) * sd / math.sqrt(n) >= mean:
         n += 1
     return n
 

@@ -42,6 +42,34 @@ def test_compare_pair_names_the_tied_best_set_and_paired_speedups():
     assert seeds_to_resolve(rows) is not None  # tied: more seeds could tell them apart
 
 
+def _ratios(algorithm, base, ratios):
+    return _row(algorithm, {s: base[s] * r for s, r in zip(sorted(base), ratios, strict=True)})
+
+
+def test_the_tied_best_set_is_family_wise_over_the_comparisons_with_the_best():
+    base = {s: 10.0 + s for s in range(1, 9)}
+    # 1.04x the best, per seed ratios that a plain 95 % interval calls slower (its low end is
+    # about 1.008) but a Bonferroni interval over 6 comparisons does not (about 0.992)
+    near = [1.09, 0.99, 1.08, 1.00, 1.07, 1.01, 1.04, 1.04]
+    low, _, _ = paired_ratio(_ratios("x", base, near)["values"], base)
+    assert low > 1.0  # significantly slower on its own
+    far = [1.5] * 4 + [1.6] * 4
+    others = [_ratios(f"slow{i}", base, [f + i / 10 for f in far]) for i in range(4)]
+    rows = compare_pair([_row("best", base), _ratios("near", base, near), *others,
+                         _row("geodamplr", {s: 2 * v for s, v in base.items()})],
+                        baseline="geodamplr")
+    by = {r["algorithm"]: r for r in rows}
+    assert by["near"]["tied_best"] and by["best"]["tied_best"]  # 6 comparisons: tied
+    assert not any(by[f"slow{i}"]["tied_best"] for i in range(4))
+    # the same two algorithms alone make one comparison: the plain interval, which tells them
+    # apart, so the set shrinks to the best
+    two = {r["algorithm"]: r for r in compare_pair([_row("best", base),
+                                                     _ratios("near", base, near)],
+                                                    baseline="best")}
+    assert two["best"]["tied_best"] and not two["near"]["tied_best"]
+    assert two["near"]["vs_best_low"] == pytest.approx(low)
+
+
 def test_answer_rows_rank_each_pair_separately():
     rows = answer_rows([_row("geodamplr", {1: 10.0, 2: 11.0}, network=2),
                         _row("geodamp", {1: 9.0, 2: 9.5}, network=2),
