@@ -13,6 +13,7 @@ from typing import Any
 
 from damptune import TrainConfig
 from damptune.netmodel import PROFILES, Network, time_to_target
+from tasks.stats import RESOLVE_CAP
 
 __all__ = ["BASELINE", "RANK_COLUMNS", "answer_markdown", "progress_to_target", "eval_curve",
            "rank_cells", "replay_on_profiles", "ranking_markdown", "profiles_markdown",
@@ -214,8 +215,11 @@ def _verdict(rows: list[dict[str, Any]]) -> str:
                 "slower (95 %, family-wise).")
     more = rows[0].get("resolve_seeds")
     hint = (f" About {more} held-out seeds would tell the two best apart at this spread."
-            if more else " More trials per cell (a better best configuration) or more seeds "
-            "may tell them apart.")
+            if more and more < RESOLVE_CAP else
+            f" Not even {RESOLVE_CAP:,} held-out seeds would tell the two best apart at this "
+            "spread: they are as fast as each other." if more else
+            " More trials per cell (a better best configuration) or more seeds may tell them "
+            "apart.")
     return (f"**Indistinguishable** at 95 % (family-wise over the comparisons with the best): "
             f"{', '.join(tied)} (the tied-best set; "
             f"{tied[0]} has the least mean).{hint}")

@@ -28,9 +28,11 @@ from typing import Any
 from scipy.special import stdtrit
 
 __all__ = ["CONFIDENCE", "mostly_reached", "mean_ci", "paired_ratio", "compare_pair",
-           "family", "seeds_to_resolve", "answer_rows", "ANSWER_COLUMNS"]
+           "family", "RESOLVE_CAP", "seeds_to_resolve", "answer_rows", "ANSWER_COLUMNS"]
 
 CONFIDENCE = 0.95
+# seeds_to_resolve stops counting here: two algorithms this close are, in practice, as fast
+RESOLVE_CAP = 10_000
 
 
 def _t(n: int, comparisons: int = 1) -> float:
@@ -112,7 +114,7 @@ def family(rows: list[dict[str, Any]]) -> int:
 def seeds_to_resolve(rows: list[dict[str, Any]]) -> int | None:
     """Held-out seeds that would tell the best from the runner-up at this spread (the paired
     interval's half-width shrinks as 1/sqrt(n)), at the tied-best set's family-wise level:
-    None when they are told apart already."""
+    None when they are told apart already; ``RESOLVE_CAP`` when no practical number would."""
     if len(rows) < 2 or not rows[1]["tied_best"]:
         return None
     best, second = rows[0], rows[1]
@@ -125,7 +127,7 @@ def seeds_to_resolve(rows: list[dict[str, Any]]) -> int | None:
         return None
     n = 2
     rivals = family(rows)
-    while n < 10_000 and _t(n, rivals) * sd / math.sqrt(n) >= mean:
+    while n < RESOLVE_CAP and _t(n, rivals) * sd / math.sqrt(n) >= mean:
         n += 1
     return n
 

@@ -70,6 +70,22 @@ def test_the_tied_best_set_is_family_wise_over_the_comparisons_with_the_best():
     assert two["near"]["vs_best_low"] == pytest.approx(low)
 
 
+def test_two_algorithms_as_fast_as_each_other_are_not_told_apart_by_a_seed_count():
+    from tasks.answer import answer_markdown
+
+    base = {s: 10.0 + s for s in range(1, 9)}
+    # means within 0.01 % of each other, seed by seed noise of about 2 %: no seed count resolves
+    same = _ratios("padadamp", base, [1.02, 0.98, 1.021, 0.979, 1.0, 1.0, 1.0, 1.0002])
+    close = _ratios("adadamp", base, [1.06, 0.98, 1.05, 0.99, 1.03, 1.01, 1.02, 1.02])
+    for other, says in ((same, "Not even 10,000 held-out seeds"), (close, "About ")):
+        rows = answer_rows([_row("geodamp", base), other,
+                            _row("geodamplr", {s: 2 * v for s, v in base.items()})],
+                           baseline="geodamplr")
+        text = answer_markdown(rows)
+        assert "**Indistinguishable**" in text and says in text, text
+        assert ("10000" in text) is False  # never the cap printed as a count
+
+
 def test_answer_rows_rank_each_pair_separately():
     rows = answer_rows([_row("geodamplr", {1: 10.0, 2: 11.0}, network=2),
                         _row("geodamp", {1: 9.0, 2: 9.5}, network=2),
