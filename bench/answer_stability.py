@@ -197,12 +197,9 @@ def report(runs: dict[int, Answer]) -> None:
 def _plain_tied(rows: list[dict[str, Any]]) -> set[str]:
     """The tied-best set with a plain 95 % interval per comparison with the best (the report's
     rule before it was family-wise)."""
-    from tasks.stats import paired_ratio
+    from tasks.stats import vs_best
 
-    best = rows[0] if rows and rows[0]["reliable"] else None
-    return {r["algorithm"] for r in rows if best and r["reliable"] and (
-        r is best or (low := paired_ratio(r["values"], best["values"])[0]) is None
-        or low <= 1.0)}
+    return {r["algorithm"] for r, (_, tied) in zip(rows, vs_best(rows, 1), strict=True) if tied}
 
 
 def _tied_sizes(runs: dict[int, Answer], pairs: list[tuple[int, str]]) -> None:

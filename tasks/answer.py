@@ -213,13 +213,17 @@ def _verdict(rows: list[dict[str, Any]]) -> str:
     if len(tied) == 1:
         return (f"**{tied[0]}** is the fastest: every other algorithm is significantly "
                 "slower (95 %, family-wise).")
-    more = rows[0].get("resolve_seeds")
-    hint = (f" About {more} held-out seeds would tell the two best apart at this spread."
-            if more and more < RESOLVE_CAP else
-            f" Not even {RESOLVE_CAP:,} held-out seeds would tell the two best apart at this "
-            "spread: they are as fast as each other." if more else
-            " More trials per cell (a better best configuration) or more seeds may tell them "
-            "apart.")
     return (f"**Indistinguishable** at 95 % (family-wise over the comparisons with the best): "
             f"{', '.join(tied)} (the tied-best set; "
-            f"{tied[0]} has the least mean).{hint}")
+            f"{tied[0]} has the least mean).{_resolve_hint(rows[0].get('resolve_seeds'))}")
+
+
+def _resolve_hint(more: int | None) -> str:
+    """What more seeds would do for a tie (``more``: :func:`tasks.stats.seeds_to_resolve`)."""
+    if not more:
+        return (" More trials per cell (a better best configuration) or more seeds may tell "
+                "them apart.")
+    if more >= RESOLVE_CAP:
+        return (f" Not even {RESOLVE_CAP:,} held-out seeds would tell the two best apart at "
+                "this spread: they are as fast as each other.")
+    return f" About {more} held-out seeds would tell the two best apart at this spread."

@@ -28,7 +28,7 @@ from typing import Any
 from scipy.special import stdtrit
 
 __all__ = ["CONFIDENCE", "mostly_reached", "mean_ci", "paired_ratio", "compare_pair",
-           "family", "RESOLVE_CAP", "seeds_to_resolve", "answer_rows", "ANSWER_COLUMNS"]
+           "family", "vs_best", "RESOLVE_CAP", "seeds_to_resolve", "answer_rows", "ANSWER_COLUMNS"]
 
 CONFIDENCE = 0.95
 # seeds_to_resolve stops counting here: two algorithms this close are, in practice, as fast
@@ -95,14 +95,23 @@ def compare_pair(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str,
                           else (None, None, None))
         r["speedup"], r["speedup_low"], r["speedup_high"] = mid, low, high
     rows.sort(key=lambda r: (not r["reliable"], r["mean"], r["algorithm"]))
-    best = rows[0] if rows and rows[0]["reliable"] else None
-    rivals = family(rows)
-    for r in rows:
-        low, _, _ = (paired_ratio(r["values"], best["values"], rivals) if best
-                     else (None, None, None))
-        r["vs_best_low"] = low
-        r["tied_best"] = r["reliable"] and (r is best or low is None or low <= 1.0)
+    for r, (low, tied) in zip(rows, vs_best(rows, family(rows)), strict=True):
+        r["vs_best_low"], r["tied_best"] = low, tied
     return rows
+
+
+def vs_best(rows: list[dict[str, Any]], comparisons: int) -> list[tuple[float | None, bool]]:
+    """For each row of a pair ranked by :func:`compare_pair` (``reliable``, ``values``): the low
+    end of its ratio to the best's interval at the level of ``comparisons``, and whether it is
+    tied-best (reliable, and the data cannot say it is slower). The best is the first row when
+    it is reliable; none is tied when it is not."""
+    best = rows[0] if rows and rows[0]["reliable"] else None
+    out: list[tuple[float | None, bool]] = []
+    for r in rows:
+        low = paired_ratio(r["values"], best["values"], comparisons)[0] if best else None
+        out.append((low, bool(best) and bool(r["reliable"])
+                    and (r is best or low is None or low <= 1.0)))
+    return out
 
 
 def family(rows: list[dict[str, Any]]) -> int:
