@@ -223,7 +223,7 @@ def _resolve_hint(more: int | None) -> str:
     if not more:
         return (" More trials per cell (a better best configuration) or more seeds may tell "
                 "them apart.")
-    if more >= RESOLVE_CAP:
+    if more > RESOLVE_CAP:
         return (f" Not even {RESOLVE_CAP:,} held-out seeds would tell the two best apart at "
                 "this spread: they are as fast as each other.")
     return f" About {more} held-out seeds would tell the two best apart at this spread."

@@ -123,7 +123,8 @@ def family(rows: list[dict[str, Any]]) -> int:
 def seeds_to_resolve(rows: list[dict[str, Any]]) -> int | None:
     """Held-out seeds that would tell the best from the runner-up at this spread (the paired
     interval's half-width shrinks as 1/sqrt(n)), at the tied-best set's family-wise level:
-    None when they are told apart already; ``RESOLVE_CAP`` when no practical number would."""
+    None when they are told apart already; ``RESOLVE_CAP + 1`` when not even ``RESOLVE_CAP``
+    would."""
     if len(rows) < 2 or not rows[1]["tied_best"]:
         return None
     best, second = rows[0], rows[1]
@@ -136,7 +137,9 @@ def seeds_to_resolve(rows: list[dict[str, Any]]) -> int | None:
         return None
     n = 2
     rivals = family(rows)
-    while n < RESOLVE_CAP and _t(n, rivals) * sd / math.sqrt(n) >= mean:
+    while _t(n, rivals) * sd / math.sqrt(n) >= mean:
+        if n == RESOLVE_CAP:
+            return RESOLVE_CAP + 1
         n += 1
     return n
 

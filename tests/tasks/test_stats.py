@@ -104,3 +104,22 @@ def test_a_configuration_that_mostly_misses_the_target_is_never_the_best():
                         baseline="geodamplr")
     assert [r["algorithm"] for r in rows] == ["geodamp", "geodamplr", "padadamp"]
     assert not rows[2]["reliable"] and not rows[2]["tied_best"]
+
+
+def test_a_seed_count_near_the_cap_is_printed_and_one_beyond_it_is_not():
+    import math
+
+    from tasks.stats import RESOLVE_CAP
+
+    base = {s: 10.0 for s in range(1, 9)}
+    # per-seed log ratios m ± d: about (1.96 d / m)^2 seeds resolve them, 9,500 here
+    d = 0.0093
+
+    def needed(m):
+        second = _ratios("adadamp", base, [math.exp(m + d * (-1) ** s) for s in range(8)])
+        return seeds_to_resolve(compare_pair([_row("padadamp", base), second],
+                                             baseline="padadamp"))
+
+    just_under = needed(0.0002)
+    assert 9_000 < just_under <= RESOLVE_CAP  # a count the answer prints
+    assert needed(0.00019) == RESOLVE_CAP + 1  # beyond the cap: "not even 10,000"
