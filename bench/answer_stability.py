@@ -16,7 +16,8 @@ by seed, and the tied-best set. Goals (issue 24):
 
 * **0 contradictions**: no two algorithms significantly ordered one way in one run and the
   other way in the other (each of the pair's comparisons at a plain 95 %, stricter than the
-  report's family-wise tied-best set);
+  report's family-wise tied-best set; also printed family-wise, Bonferroni over the pair's
+  k (k - 1) / 2 comparisons, the level at which all of them may be stated at once);
 * the best algorithm of each run is in the other run's tied-best set (the report's, family-wise
   over the comparisons with the best since the session of 2026-11-28; also printed with plain
   95 % intervals, as before, and the sets' mean size) in >= 7 of 8 pairs;
@@ -139,14 +140,16 @@ def run_grid(seed: int, args: argparse.Namespace) -> Answer:
     return answer_of(run_dir)
 
 
-def significant_orders(rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    """(faster, slower) for every two algorithms whose paired ratio's CI excludes 1."""
+def significant_orders(rows: list[dict[str, Any]],
+                       family_wise: bool = False) -> set[tuple[str, str]]:
+    """(faster, slower) for every two algorithms whose paired ratio's CI excludes 1: each at a
+    plain 95 %, or ``family_wise`` (Bonferroni over the pair's k (k - 1) / 2 comparisons)."""
     from tasks.stats import paired_ratio
 
-    out = set()
+    out, comparisons = set(), len(rows) * (len(rows) - 1) // 2 if family_wise else 1
     for x in rows:
         for y in rows:
-            low, _, _ = paired_ratio(y["values"], x["values"])  # y's time over x's
+            low, _, _ = paired_ratio(y["values"], x["values"], comparisons=max(comparisons, 1))
             if x is not y and low is not None and low > 1.0:
                 out.add((x["algorithm"], y["algorithm"]))
     return out
@@ -184,6 +187,7 @@ def report(runs: dict[int, Answer]) -> None:
             print(f"  n{p[0]} {p[1]}: {x} < {y} in run {b}, {y} < {x} in run {a}; "
                   + "; ".join(f"{alg} {_config(runs, a, p, alg)} in run {a}, "
                               f"{_config(runs, b, p, alg)} in run {b}" for alg in (x, y)))
+    _family_wise_contradictions(runs, pairs)
     print(f"each run's best in the other's tied-best set: {agree} of {len(pairs)} pairs; "
           f"goal >= 7 of 8: {'met' if agree >= 7 / 8 * len(pairs) else 'not met'}"
           + ("" if len(pairs) == 8 else " (as a share of the pairs)"))
@@ -192,6 +196,16 @@ def report(runs: dict[int, Answer]) -> None:
           f"{width:.1%} ({len(widths)} intervals); goal <= 10 %: "
           f"{'met' if width <= 0.10 else 'not met'}")
     _speedups(runs, pairs)
+
+
+def _family_wise_contradictions(runs: dict[int, Answer], pairs: list[tuple[int, str]]) -> None:
+    """The contradictions again, each pair's comparisons family-wise (Bonferroni over all of
+    them): whether the plain count is orderings a simultaneous 95 % statement would not make."""
+    a, b = sorted(runs)[:2]
+    both = [(p, x, y) for p in pairs for x, y in significant_orders(runs[b][p], True)
+            if (y, x) in significant_orders(runs[a][p], True)]
+    print(f"  family-wise over each pair's k (k - 1) / 2 comparisons: {len(both)} contradictions"
+          + "".join(f"; n{p[0]} {p[1]}: {x} < {y} in run {b}" for p, x, y in both))
 
 
 def _plain_tied(rows: list[dict[str, Any]]) -> set[str]:
