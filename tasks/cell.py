@@ -7,12 +7,11 @@ ask, tell, leases and resume belong to :class:`~tasks.driver.StudyDriver`.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
 import optuna
-from prefect import get_run_logger, task
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -22,6 +21,7 @@ from tasks import tracking
 from tasks.driver import StudyDriver, Ticket
 from tasks.faults import Retries, is_infrastructure_fault
 from tasks.grid import Cell, GridSettings, checkpoint_path
+from tasks.logs import run_logger
 from tasks.registry import log_best_of_cell, log_runner_up
 from tasks.results import TrialResult, TrialState
 from tasks.reuse import REUSED_ATTR
@@ -54,13 +54,6 @@ State = optuna.trial.TrialState
 # how often a cell that waits for another run's trials looks again: a trial of a live run
 # may take a second, and the waiting run asks the next trial as soon as it ends
 WAIT_POLL_SECONDS = 0.5
-
-
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    try:
-        return get_run_logger()
-    except Exception:  # noqa: BLE001 - outside a run context
-        return logging.getLogger("damptune.tasks")
 
 
 @task(name="cell", cache_policy=NO_CACHE, task_run_name="cell {cell_key}")
@@ -167,7 +160,7 @@ def _warm_start(grid: GridSettings, c: Cell, study: optuna.Study,
             continue
     seeded = seed_study(study, seeds_of(sources, distributions(grid, c)))
     if seeded:
-        _logger().info("%s: seeded with %d configuration(s) of %s", c.key, seeded,
+        run_logger().info("%s: seeded with %d configuration(s) of %s", c.key, seeded,
                        [s.key for s, _ in sources])
 
 
@@ -204,7 +197,7 @@ def _result_of(ticket: Ticket, future: Any) -> TrialResult:
 
 
 def _log(result: TrialResult, cell_key: str) -> None:
-    log = _logger()
+    log = run_logger()
     if result.state is TrialState.FAIL:
         log.warning("trial %s of %s failed: %s", result.number, cell_key, result.reason)
     elif result.state is TrialState.INTERRUPTED:

@@ -8,13 +8,11 @@ warning and never fails the grid; what was written before it is kept.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from typing import Any
 
 from mlflow.tracking import MlflowClient
-from prefect import get_run_logger
 from prefect.artifacts import (
     create_image_artifact,
     create_link_artifact,
@@ -24,16 +22,10 @@ from prefect.artifacts import (
 from tasks import tracking
 from tasks.answer import ranking_markdown
 from tasks.grid import GridSettings
+from tasks.logs import run_logger
 from tasks.report import REPORT_DIR, build_report, write_report
 
 __all__ = ["publish_report", "artifact_key"]
-
-
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    try:
-        return get_run_logger()
-    except Exception:  # noqa: BLE001 - outside a run context
-        return logging.getLogger("damptune.tasks")
 
 
 def artifact_key(*parts: str) -> str:
@@ -46,7 +38,7 @@ def publish_report(settings: GridSettings, rows: list[dict[str, Any]], *,
     """Write the report of ``rows`` (the grid's summary rows) into ``<run_dir>/report``, log
     that directory to the MLflow run ``summary_run_id`` (if any) under ``report/``, and create
     the Prefect artifacts. Returns the warnings (each also logged); never raises."""
-    log = _logger()
+    log = run_logger()
     warnings: list[str] = []
     figure_errors: list[str] = []
     out = os.path.join(settings.run_dir, REPORT_DIR)

@@ -43,6 +43,7 @@ from models import Dataset, load_dataset
 from tasks import tracking
 from tasks.answer import BASELINE, rank_cells
 from tasks.grid import Cell, GridSettings, checkpoint_path, share_rows
+from tasks.logs import run_logger
 from tasks.stats import answer_rows
 from tasks.validation import MATCHED_SUFFIX, validation_rows
 
@@ -213,18 +214,9 @@ def publish_models(settings: GridSettings, rows: list[dict[str, Any]], *,
         return tracking.with_retries(lambda: register_best(client, settings, rows),
                                      what="registering the grid's best models")
     except Exception as exc:  # noqa: BLE001 - the grid's results do not depend on it
-        _logger().warning("the grid's best models were not registered: %s: %s",
+        run_logger().warning("the grid's best models were not registered: %s: %s",
                           type(exc).__name__, tracking.redact(str(exc))[:500])
         return {}
-
-
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    try:
-        from prefect import get_run_logger
-
-        return get_run_logger()
-    except Exception:  # noqa: BLE001 - outside a run context
-        return log
 
 
 def _version(client: MlflowClient, name: str, model_id: str, *, grid: str, key: str) -> str:

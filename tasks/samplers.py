@@ -19,6 +19,8 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 
+from tasks.logs import run_logger
+
 State = optuna.trial.TrialState
 
 
@@ -51,15 +53,20 @@ class _Delegating(optuna.samplers.BaseSampler):
 class NoRepeatSampler(_Delegating):
     """``base``, except that a joint proposal equal to the parameters of a trial the study
     already has is dropped: those parameters then come from the base's independent sampler
-    (random, seeded)."""
+    (random, seeded), and the run's log says so. (Optuna's GPSampler would call that a
+    "dynamic search space"; ``sampler_for`` turns its warning off.)"""
 
     def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         params = self.base.sample_relative(study, trial, search_space)
-        if params and any(t.params == params for t in study.get_trials(deepcopy=False)
-                          if t.number != trial.number):
-            return {}
-        return params
+        same = next((t.number for t in study.get_trials(deepcopy=False)
+                     if t.number != trial.number and params and t.params == params), None)
+        if same is None:
+            return params
+        run_logger().info("%s trial %d: the sampler proposed %s, which trial %d already has "
+                          "(its training would repeat it exactly); drawn at random instead",
+                          study.study_name, trial.number, params, same)
+        return {}
 
 
 class PrunedSeenSampler(_Delegating):

@@ -118,7 +118,8 @@ def sampler_for(settings: GridSettings, number: int = 0, study: str = "",
     kind = sampler_kind(settings.sampler, dimensions)
     if kind == "gp":
         return NoRepeatSampler(PrunedSeenSampler(optuna.samplers.GPSampler(
-            seed=seed, n_startup_trials=settings.startup_trials)))
+            seed=seed, n_startup_trials=settings.startup_trials,
+            warn_independent_sampling=False)))  # NoRepeatSampler says why, instead
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.startup_trials)
 
 

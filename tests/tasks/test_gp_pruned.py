@@ -7,6 +7,7 @@ plays it (the sampler seeded per trial number, ``study.ask`` of the damper's spa
 known time to target with its minimum at 1.0; a trial slower than the best so far is pruned as
 the bound prunes it: PRUNED with its value so far, a little past the best."""
 
+import logging
 import math
 
 import optuna
@@ -59,3 +60,47 @@ def test_the_gp_search_finds_the_least_time_past_the_points_it_pruned(tmp_path, 
         assert len(stored) == 16
     # within 0.1 % of the least time on every seed (blind to pruned trials, 1 or 2 of the 4)
     assert all(v <= 1.001 for v in found.values()), found
+
+
+
+class _Lines(logging.Handler):
+    """Every line a logger emits (Prefect's logging set-up may replace the root's handlers,
+    pytest's caplog among them, so the test listens on the loggers themselves)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_proposal_the_study_already_has_is_drawn_at_random_and_the_log_says_why(tmp_path):
+    # radadamp's time is flat over much of its range, so the GP proposes points the study has
+    # (26 times in a make run of the 288-trial grid): each is drawn again at random, and the
+    # run's log says that, not Optuna's "dynamic search space is not supported"
+    space = {"rho": FloatDistribution(0.5, 0.999)}
+    ours, optunas = _Lines(), _Lines()
+    loggers = {logging.getLogger("damptune.tasks"): ours, logging.getLogger("optuna"): optunas}
+    levels = {logger: logger.level for logger in loggers}
+    for logger, handler in loggers.items():
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    try:
+        study = optuna.create_study(study_name="s0/n4/radadamp/mlp",  # Optuna says so: heard
+                                    storage=f"sqlite:///{tmp_path}/optuna.db")
+        for number in range(16):
+            study.sampler = sampler_for(GridSettings(sampler="gp", seed=0), number,
+                                        study.study_name, 1)
+            trial = study.ask(space)
+            trial.set_constraint(TARGET_CONSTRAINT, 0.0)
+            study.tell(trial, 1.0)
+    finally:
+        for logger, handler in loggers.items():
+            logger.removeHandler(handler)
+            logger.setLevel(levels[logger])
+    said = [m for m in ours.lines if "drawn at random instead" in m]
+    assert said, ours.lines  # the GP did repeat itself here
+    assert all(m.startswith("s0/n4/radadamp/mlp trial ") for m in said)
+    assert optunas.lines and not [m for m in optunas.lines if "sampled independently" in m]
+    assert len({t.params["rho"] for t in study.trials}) == 16  # nothing trained twice
