@@ -202,8 +202,8 @@ def _family_wise_contradictions(runs: dict[int, Answer], pairs: list[tuple[int, 
     """The contradictions again, each pair's comparisons family-wise (Bonferroni over all of
     them): whether the plain count is orderings a simultaneous 95 % statement would not make."""
     a, b = sorted(runs)[:2]
-    both = [(p, x, y) for p in pairs for x, y in significant_orders(runs[b][p], True)
-            if (y, x) in significant_orders(runs[a][p], True)]
+    orders = {(s, p): significant_orders(runs[s][p], True) for s in (a, b) for p in pairs}
+    both = [(p, x, y) for p in pairs for x, y in orders[b, p] if (y, x) in orders[a, p]]
     print(f"  family-wise over each pair's k (k - 1) / 2 comparisons: {len(both)} contradictions"
           + "".join(f"; n{p[0]} {p[1]}: {x} < {y} in run {b}" for p, x, y in both))
 
