@@ -146,10 +146,11 @@ def significant_orders(rows: list[dict[str, Any]],
     plain 95 %, or ``family_wise`` (Bonferroni over the pair's k (k - 1) / 2 comparisons)."""
     from tasks.stats import paired_ratio
 
-    out, comparisons = set(), len(rows) * (len(rows) - 1) // 2 if family_wise else 1
+    out = set()
+    comparisons = max(1, len(rows) * (len(rows) - 1) // 2) if family_wise else 1
     for x in rows:
         for y in rows:
-            low, _, _ = paired_ratio(y["values"], x["values"], comparisons=max(comparisons, 1))
+            low, _, _ = paired_ratio(y["values"], x["values"], comparisons=comparisons)
             if x is not y and low is not None and low > 1.0:
                 out.add((x["algorithm"], y["algorithm"]))
     return out

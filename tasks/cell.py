@@ -161,7 +161,7 @@ def _warm_start(grid: GridSettings, c: Cell, study: optuna.Study,
     seeded = seed_study(study, seeds_of(sources, distributions(grid, c)))
     if seeded:
         run_logger().info("%s: seeded with %d configuration(s) of %s", c.key, seeded,
-                       [s.key for s, _ in sources])
+                          [s.key for s, _ in sources])
 
 
 def _run_batch(runner: ThreadPoolTaskRunner[Any], driver: StudyDriver, batch: list[Ticket],

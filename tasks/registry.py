@@ -215,7 +215,7 @@ def publish_models(settings: GridSettings, rows: list[dict[str, Any]], *,
                                      what="registering the grid's best models")
     except Exception as exc:  # noqa: BLE001 - the grid's results do not depend on it
         run_logger().warning("the grid's best models were not registered: %s: %s",
-                          type(exc).__name__, tracking.redact(str(exc))[:500])
+                             type(exc).__name__, tracking.redact(str(exc))[:500])
         return {}
 
 

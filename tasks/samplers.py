@@ -59,8 +59,10 @@ class NoRepeatSampler(_Delegating):
     def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         params = self.base.sample_relative(study, trial, search_space)
+        if not params:  # the base proposes nothing (its start-up trials): nothing to compare
+            return params
         same = next((t.number for t in study.get_trials(deepcopy=False)
-                     if t.number != trial.number and params and t.params == params), None)
+                     if t.number != trial.number and t.params == params), None)
         if same is None:
             return params
         run_logger().info("%s trial %d: the sampler proposed %s, which trial %d already has "
