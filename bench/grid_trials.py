@@ -6,7 +6,9 @@ the search stage's span (first trial start to last search trial end), the held-o
 it, trials finished within 300 / 450 / 600 s of the first trial's start (this machine's pace
 on the day: compare grids run on different days by it), trial seconds (Optuna start to
 complete) per stage, trials that reused another's training (``tasks.reuse``) and their
-seconds, and how many trials trained at once, on average over the grid's span.
+seconds, how many trials trained at once, on average over the grid's span, and in how many
+warm-started search cells the best is a configuration warm start carried from a neighbour
+(``seeded_from``): the search's own trials did not beat it on the search's seed.
 
 With two run directories of one grid (same grid name, seed and data), it also compares their
 trials one by one: the same (study, number) with the same state, value, parameters and
@@ -78,6 +80,26 @@ def describe(run_dir: str, trials: dict[tuple[str, int], Any]) -> None:
           f"{len(reused)} reused another's training ({reused_seconds:.1f} s; "
           f"{dict(Counter(_stage(cell) for (cell, _), _ in reused))})")
     print(f"  trials training at once, mean over the span: {_seconds(trained) / span:.2f}")
+    print_carried(trials)
+
+
+def print_carried(trials: dict[tuple[str, int], Any]) -> None:
+    """How many warm-started search cells kept a carried configuration as their best, and
+    how many of those cells' trials the bound pruned."""
+    from tasks.search import best_trial, reached_target
+
+    cells: dict[str, list[Any]] = {}
+    for (cell, _), t in trials.items():
+        if not _held_out(cell):
+            cells.setdefault(cell, []).append(t)
+    seeded = {c: ts for c, ts in cells.items() if any("seeded_from" in t.user_attrs for t in ts)}
+    bests = {c: best_trial(ts) for c, ts in seeded.items()}
+    answered = [c for c, b in bests.items() if b is not None and reached_target(b)]
+    carried = [c for c in answered if "seeded_from" in bests[c].user_attrs]
+    pruned = sum(t.state.name == "PRUNED" for ts in seeded.values() for t in ts)
+    print(f"  warm-started search cells: {len(seeded)}; the best a carried configuration in "
+          f"{len(carried)} of the {len(answered)} that reached the target; "
+          f"{pruned} of their {sum(map(len, seeded.values()))} trials pruned")
 
 
 def _stage(cell: str) -> str:
