@@ -225,6 +225,16 @@ def base_env() -> dict[str, str]:
     return env
 
 
+def _default_sigint() -> None:
+    """Run in the child between fork and exec: SIGINT back to its default action.
+
+    A shell without job control (a script, ``nohup make run &``) starts a command of ``&`` with
+    SIGINT ignored, and the services would inherit that: Python then installs no SIGINT handler
+    and leaves it ignored. Prefect's worker answers SIGTERM by sending itself SIGINT (which
+    stops it), so ignored, the worker went on polling and ``down`` had to SIGKILL it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _spawn(paths: StackPaths, name: str, cmd: list[str], *, env: Mapping[str, str],
            cwd: Path) -> psutil.Process:
     """Start ``cmd`` as the leader of a new session; record its PID; log to ``logs/name.log``."""
@@ -236,7 +246,7 @@ def _spawn(paths: StackPaths, name: str, cmd: list[str], *, env: Mapping[str, st
     try:
         proc = subprocess.Popen(
             cmd, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_default_sigint,
         )
     finally:
         log.close()
