@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +20,8 @@ from infra.stack import (
     REPO_ROOT,
     SERVICES,
     StackError,
+    StackPaths,
+    _spawn,
     down,
     free_port,
     running_stack,
@@ -246,6 +250,33 @@ def test_stack_down_command_kills_a_service_that_ignores_sigterm_after_its_stop_
     finally:
         if stubborn.poll() is None:
             stubborn.kill()
+
+
+def test_a_service_started_where_sigint_is_ignored_still_stops_on_sigint(tmp_path):
+    """A shell without job control (a script, `nohup make run &`) starts a `&` command with
+    SIGINT ignored. The stack's services must not inherit that: Prefect's worker stops on
+    SIGTERM by sending itself SIGINT, which an inherited SIG_IGN swallowed, so the worker
+    polled on until `make stack-down` SIGKILLed it 20 s later. A service here is an asyncio
+    program, as the worker is: SIGINT must end its ``asyncio.run``."""
+    code = ("import asyncio\nasync def main():\n    print('up', 'and', 'waiting', flush=True)\n"
+            "    await asyncio.sleep(600)\nasyncio.run(main())")
+    paths = StackPaths(tmp_path)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `&` in a script leaves it
+    try:
+        proc = _spawn(paths, "probe", [sys.executable, "-c", code], env=os.environ, cwd=tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    try:
+        deadline = time.monotonic() + 60
+        while "up and waiting" not in paths.log_file("probe").read_text():
+            assert time.monotonic() < deadline, paths.log_file("probe").read_text()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)  # psutil.TimeoutExpired if SIGINT was ignored
+        assert "KeyboardInterrupt" in paths.log_file("probe").read_text()
+    finally:
+        if proc.is_running():
+            proc.kill()
 
 
 def test_free_port_is_free_and_outside_the_ports_the_kernel_hands_out():
