@@ -260,6 +260,9 @@ def train(
             A SIGTERM (:mod:`damptune.interrupt`) does the same.
         deadline: a ``time.time()`` after which training checkpoints and stops interrupted
             (a spot cluster's end of life, less a margin).
+
+    A run already due to stop when its training would begin (the deadline passed, a stop
+    asked) trains nothing: it ends interrupted at the update it started from.
     """
     # setup: every check before any work and before touching an existing checkpoint
     config = _with_n_train(config, data)
@@ -392,6 +395,10 @@ def _run(state: TrainState, runner: Runner, emit: Emit, stop_reason: StopReason,
 
     try:
         with interrupt.active():
+            if stop_reason() is not None:  # due to stop before it starts: it trains nothing
+                state.interrupted = True   # (a segment of ranks would train ~1 s, or finish)
+                state.stopped = f"interrupted: {stop_reason()}"
+                return
             while True:
                 reason = runner.advance(state, emit, should_stop=should_stop)
                 if reason == FLUSH and stop_reason() is not None:

@@ -80,10 +80,32 @@ def test_interrupted_run_resumes_identically(blobs, scheduler, tmp_path, mode):
 
 
 def test_deadline_interrupts_before_the_limit(blobs, tmp_path):
-    state = train(config("local", 4, **KW), data_of(blobs), deadline=time.time() - 1,
+    """A deadline that passes during training: it checkpoints where it stops."""
+    seen: list[int] = []
+
+    def on_record(record) -> None:
+        if record.kind == "update":
+            seen.append(record.update)
+
+    # as the trial's stop does: a reason once the limit is near, here after the third update
+    state = train(config("local", 4, **KW), data_of(blobs), callback=on_record,
+                  should_stop=lambda: "the lifetime limit" if len(seen) >= 3 else None,
                   checkpoint_path=str(tmp_path / "c.pt"))
-    assert state.interrupted and "lifetime" in state.stopped and state.update == 1
-    assert load_checkpoint(str(tmp_path / "c.pt"))["counters"]["update"] == 1
+    assert state.interrupted and "lifetime" in state.stopped and state.update == 3
+    assert load_checkpoint(str(tmp_path / "c.pt"))["counters"]["update"] == 3
+
+
+@pytest.mark.parametrize("mode", ["local", "centralized"])
+def test_a_run_past_its_deadline_before_it_starts_trains_nothing(blobs, scheduler, mode,
+                                                                 tmp_path):
+    """A trial started once the cluster's deadline has passed stops before its first
+    update, in every mode: the ranks' first segment (~1 s) used to train on, and a short
+    trial finished in it."""
+    state = train(config(mode, 4, **KW), data_of(blobs), deadline=time.time() - 1,
+                  cluster=None if mode == "local" else scheduler,
+                  checkpoint_path=str(tmp_path / "c.pt"))
+    assert state.interrupted and "lifetime" in state.stopped and state.update == 0
+    assert [r for r in state.history if r["kind"] == "update"] == []
 
 
 def test_interrupt_request_is_process_wide(blobs):
@@ -92,7 +114,7 @@ def test_interrupt_request_is_process_wide(blobs):
         state = train(config("local", 4, **KW), data_of(blobs))
     finally:
         interrupt.clear()
-    assert state.interrupted and state.update == 1
+    assert state.interrupted and state.update == 0  # asked before it began: none trained
 
 
 def test_sigterm_checkpoints_and_resume_matches(tmp_path):
