@@ -259,10 +259,8 @@ def train(
             *interrupted* (``state.interrupted``), to be continued by a rerun with ``resume``.
             A SIGTERM (:mod:`damptune.interrupt`) does the same.
         deadline: a ``time.time()`` after which training checkpoints and stops interrupted
-            (a spot cluster's end of life, less a margin).
-
-    A run already due to stop when its training would begin (the deadline passed, a stop
-    asked) trains nothing: it ends interrupted at the update it started from.
+            (a spot cluster's end of life, less a margin). Due before training would begin
+            (or a stop asked then): nothing is trained; interrupted where it started.
     """
     # setup: every check before any work and before touching an existing checkpoint
     config = _with_n_train(config, data)
