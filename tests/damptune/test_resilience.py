@@ -79,8 +79,9 @@ def test_interrupted_run_resumes_identically(blobs, scheduler, tmp_path, mode):
     assert_same_run(whole, resumed)
 
 
-def test_deadline_interrupts_before_the_limit(blobs, tmp_path):
-    """A deadline that passes during training: it checkpoints where it stops."""
+def test_a_stop_asked_during_training_checkpoints_where_it_stops(blobs, tmp_path):
+    """A stop reason that comes mid-run (as the trial's lifetime limit does): training
+    checkpoints at that update and ends interrupted."""
     seen: list[int] = []
 
     def on_record(record) -> None:
