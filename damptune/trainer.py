@@ -393,9 +393,9 @@ def _run(state: TrainState, runner: Runner, emit: Emit, stop_reason: StopReason,
 
     try:
         with interrupt.active():
-            if stop_reason() is not None:  # due to stop before it starts: it trains nothing
-                state.interrupted = True   # (a segment of ranks would train ~1 s, or finish)
-                state.stopped = f"interrupted: {stop_reason()}"
+            due = stop_reason()  # before the first segment: a due stop trains nothing (the
+            if due is not None:  # ranks would train a segment, ~1 s, in which a trial may end)
+                state.interrupted, state.stopped = True, f"interrupted: {due}"
                 return
             while True:
                 reason = runner.advance(state, emit, should_stop=should_stop)
