@@ -171,8 +171,7 @@ def report(runs: dict[int, Answer]) -> None:
         print(f"| n{pair[0]} {pair[1]} | " + " | ".join(", ".join(
             f"{r['algorithm']} {r['mean']:.2f}{'*' if r['tied_best'] else ''}"
             for r in runs[s][pair]) for s in (a, b)) + " |")
-    both_ways = {p: sorted({(y, x) for x, y in significant_orders(runs[a][p])}
-                           & significant_orders(runs[b][p])) for p in pairs}
+    both_ways = _both_ways(runs, pairs)
     contradictions = sum(len(v) for v in both_ways.values())
     agree = sum(runs[a][p][0]["algorithm"] in {r["algorithm"] for r in runs[b][p]
                                                  if r["tied_best"]}
@@ -202,11 +201,19 @@ def report(runs: dict[int, Answer]) -> None:
 def _family_wise_contradictions(runs: dict[int, Answer], pairs: list[tuple[int, str]]) -> None:
     """The contradictions again, each pair's comparisons family-wise (Bonferroni over all of
     them): whether the plain count is orderings a simultaneous 95 % statement would not make."""
-    a, b = sorted(runs)[:2]
-    orders = {(s, p): significant_orders(runs[s][p], True) for s in (a, b) for p in pairs}
-    both = [(p, x, y) for p in pairs for x, y in orders[b, p] if (y, x) in orders[a, p]]
+    b = sorted(runs)[1]
+    both = [(p, x, y) for p, orders in _both_ways(runs, pairs, True).items() for x, y in orders]
     print(f"  family-wise over each pair's k (k - 1) / 2 comparisons: {len(both)} contradictions"
           + "".join(f"; n{p[0]} {p[1]}: {x} < {y} in run {b}" for p, x, y in both))
+
+
+def _both_ways(runs: dict[int, Answer], pairs: list[tuple[int, str]],
+               family_wise: bool = False) -> dict[tuple[int, str], list[tuple[str, str]]]:
+    """Per pair, the (x, y) significantly ordered x < y in the second run and y < x in the
+    first (``significant_orders``, plain or family-wise)."""
+    a, b = sorted(runs)[:2]
+    return {p: sorted({(y, x) for x, y in significant_orders(runs[a][p], family_wise)}
+                      & significant_orders(runs[b][p], family_wise)) for p in pairs}
 
 
 def _plain_tied(rows: list[dict[str, Any]]) -> set[str]:

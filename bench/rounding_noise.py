@@ -82,17 +82,12 @@ def datasets(ds: Any) -> dict[str, Any]:
 def objective_of(config: Any, data: Any, threads: int) -> tuple[float, bool]:
     """(objective, reached) of ``config`` trained on ``data`` with ``threads`` intra-op
     threads."""
-    import torch
-
     from damptune import train
     from tasks.objective import objective
+    from tasks.session import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         history = train(config, data).history
-    finally:
-        torch.set_num_threads(before)
     value, reached, _ = objective(history, target=float(config.target_accuracy))
     return value, reached
 

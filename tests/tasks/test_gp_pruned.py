@@ -62,7 +62,6 @@ def test_the_gp_search_finds_the_least_time_past_the_points_it_pruned(tmp_path, 
     assert all(v <= 1.001 for v in found.values()), found
 
 
-
 class _Lines(logging.Handler):
     """Every line a logger emits (Prefect's logging set-up may replace the root's handlers,
     pytest's caplog among them, so the test listens on the loggers themselves)."""
