@@ -121,6 +121,17 @@ def pytest_runtest_protocol(item, nextitem):
         timer.cancel()
 
 
+@pytest.fixture(autouse=True)
+def _no_stop_request_left_over():
+    """Each test starts with no stop request pending. A request is process-wide
+    (:mod:`damptune.interrupt`): one that a failed test left (its fault thread fired after
+    its grid had ended, past the test's ``interrupt.clear()``) would end every later training
+    of this pytest process interrupted, and one failure would read as many."""
+    from damptune import interrupt
+
+    interrupt.clear()
+
+
 @pytest.fixture(scope="session")
 def dask_cluster(tmp_path_factory):
     """A real LocalCluster of 4 worker processes bound to 127.0.0.1, shared by the session."""
