@@ -50,13 +50,35 @@ def sigkill(address, pick):
     return kill
 
 
-def assert_killed_inside_a_trial(watcher, kill, n_killed, caplog, run_dir):
+def kill_in_the_second_training(monkeypatch, kill):
+    """Have ``kill`` run inside the grid's second training (one trial trains at a time on the
+    grid's 2 workers, so the first has ended), at its first record of an update: from a
+    callback of that trial, which its driver calls between segments, so the trial cannot end
+    before the kill lands, however fast or loaded the machine. (A thread that polled the
+    storage for a trial in training could fire after the training's last segment, while the
+    trial was still RUNNING for its checkpoint, MLflow and Optuna calls.)"""
+    import tasks.trial
+
+    real, trainings = tasks.trial.trial_callbacks, []
+
+    def with_killer(**kw):
+        trainings.append(None)
+        nth = len(trainings)
+
+        def killer(record):
+            if nth == 2 and not kill.done and record.update >= 1:
+                kill()
+
+        return [killer, *real(**kw)]
+
+    monkeypatch.setattr(tasks.trial, "trial_callbacks", with_killer)
+
+
+def assert_killed_inside_a_trial(kill, n_killed, caplog, run_dir):
     """The kill happened, hit ``n_killed`` workers, and landed inside a trial, which went on:
     its driver re-formed the ranks' group from its last synced update (damptune/segments.py
     logs it) or the trial was retried (a second attempt in its work log). A kill between two
     trials does neither."""
-    watcher.join(60)
-    assert not watcher.is_alive(), "the kill never happened: no trial was seen training"
     assert len(kill.done) == n_killed, kill.done  # really killed
     regrouped = [r.getMessage() for r in caplog.records
                  if r.name == "damptune.segments" and r.getMessage().startswith("lost a rank")]
@@ -66,7 +88,7 @@ def assert_killed_inside_a_trial(watcher, kill, n_killed, caplog, run_dir):
 
 @pytest.mark.parametrize("victims", ["one worker", "every worker"])
 def test_workers_sigkilled_mid_grid_lose_nothing(tmp_path, spot_cluster, clean, victims,
-                                                 caplog):
+                                                 caplog, monkeypatch):
     """The issue's scenario: worker processes SIGKILLed after the first trial finished, while
     another trains; their nannies start replacements at new addresses. The trial that lost
     its workers went on, and the grid ends as the clean run did: every trial COMPLETE or
@@ -74,18 +96,18 @@ def test_workers_sigkilled_mid_grid_lose_nothing(tmp_path, spot_cluster, clean, 
     run_dir = str(tmp_path / "r")
     pick = (lambda ws: ws[:1]) if victims == "one worker" else (lambda ws: ws)
     kill = sigkill(spot_cluster.scheduler_address, pick)
-    watcher = while_a_trial_trains(f"sqlite:///{run_dir}/optuna.db", run_dir, kill)
+    kill_in_the_second_training(monkeypatch, kill)
     with caplog.at_level(logging.WARNING, logger="damptune.segments"):
         rows = tune(grid_name="g", run_dir=run_dir, cluster=spot_cluster.scheduler_address,
                     **GRID)
-    assert_killed_inside_a_trial(watcher, kill, 1 if victims == "one worker" else 2, caplog,
-                                 run_dir)
+    assert_killed_inside_a_trial(kill, 1 if victims == "one worker" else 2, caplog, run_dir)
     assert all(r["n_failed"] == 0 and r["n_interrupted"] == 0 for r in rows)
     assert trials_of(run_dir, "g") == clean
     assert set(runs_per_trial(run_dir, "g").values()) == {1}
 
 
-def test_a_grid_on_a_spec_cluster_from_yaml_survives_a_killed_worker(tmp_path, clean, caplog):
+def test_a_grid_on_a_spec_cluster_from_yaml_survives_a_killed_worker(tmp_path, clean, caplog,
+                                                                      monkeypatch):
     """A cluster class other than LocalCluster, loaded from YAML as a user would load theirs:
     distributed's SpecCluster (the base of dask-jobqueue's and dask-kubernetes' clusters) from
     infra/cluster-spec.yaml, given a known port. A worker SIGKILLed mid-trial is replaced by
@@ -97,10 +119,10 @@ def test_a_grid_on_a_spec_cluster_from_yaml_survives_a_killed_worker(tmp_path, c
     path.write_text(yaml.safe_dump(spec))
     run_dir = str(tmp_path / "y")
     kill = sigkill(f"tcp://127.0.0.1:{port}", lambda ws: ws[:1])
-    watcher = while_a_trial_trains(f"sqlite:///{run_dir}/optuna.db", run_dir, kill)
+    kill_in_the_second_training(monkeypatch, kill)
     with caplog.at_level(logging.WARNING, logger="damptune.segments"):
         rows = tune(grid_name="g", run_dir=run_dir, cluster=str(path), **GRID)
-    assert_killed_inside_a_trial(watcher, kill, 1, caplog, run_dir)
+    assert_killed_inside_a_trial(kill, 1, caplog, run_dir)
     assert all(r["n_failed"] == 0 and r["n_interrupted"] == 0 for r in rows)
     assert trials_of(run_dir, "g") == clean
     assert set(runs_per_trial(run_dir, "g").values()) == {1}
