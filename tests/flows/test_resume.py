@@ -103,15 +103,21 @@ def test_cluster_lifetime_reached_stops_interrupted_then_a_rerun_equals_the_clea
     assert all(w["attempts"] <= 2 and w["lost_updates"] == 0 for w in work.values()), work
 
 
-@pytest.mark.parametrize("lease_left", [0.01, 15.0], ids=["expired", "unexpired"])
+@pytest.mark.parametrize("lease_left", [0.01, 30.0], ids=["expired", "unexpired"])
 def test_stale_running_trial_is_taken_over_under_its_number(tmp_path, scheduler, clean,
-                                                            lease_left):
+                                                            lease_left, monkeypatch):
     """A trial left RUNNING by a process that died is resumed, not replaced: the study ends
     with the same trials as the clean run. Its lease has expired, or the rerun starts while it
     has not (the death was seconds ago, as when a cancelled flow run is run again at once):
     the rerun then waits for it before asking a new trial, whose pruning bound would otherwise
     miss its value (it did: trial 0, resumed after trials 1 and 2, was pruned by their
-    best)."""
+    best). Whether the rerun saw the lease held is asserted, so a slow start (a flow run has
+    begun 7.5 s late on a loaded machine) cannot turn the unexpired case into the other."""
+    import tasks.driver
+
+    held, real_held = [], tasks.driver.StudyDriver.held_elsewhere
+    monkeypatch.setattr(tasks.driver.StudyDriver, "held_elsewhere",
+                        lambda self: held.append(real_held(self)) or held[-1])
     run_dir = str(tmp_path / "s")
     storage = f"sqlite:///{run_dir}/optuna.db"
     os.makedirs(run_dir)
@@ -127,6 +133,7 @@ def test_stale_running_trial_is_taken_over_under_its_number(tmp_path, scheduler,
     time.sleep(0.05)
     tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
     assert trials_of(run_dir, "g") == clean
+    assert any(held) == (lease_left > 1), held  # the rerun waited for the dead run's lease
 
 
 def test_concurrent_runs_never_train_a_trial_twice(tmp_path, scheduler, monkeypatch):
