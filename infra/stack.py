@@ -35,7 +35,9 @@ From Python (what the tests use)::
         subprocess.run(["prefect", "deploy", "--all"], env={**os.environ, **stack.env})
 
 ``up`` reuses the services of the run directory that are alive and healthy, and starts the
-others; :func:`running_stack` stops, on exit, exactly what it started.
+others (a running server is replaced only after three failed health checks in a row, so one
+slow answer from a busy server does not cost its clients their server); :func:`running_stack`
+stops, on exit, exactly what it started.
 
 Structure: the services are a table, ``SPECS`` (one :class:`ServiceSpec` each: command,
 environment, health check, the address ``status`` shows, an ``after_stop`` hook; PID file and
@@ -324,6 +326,20 @@ def _http_ok(url: str, expected: bytes, *, timeout_s: float = 3.0) -> bool:
         return False
 
 
+HEALTH_PROBES = 3  # failed health checks in a row before a running server is replaced
+HEALTH_PROBE_PAUSE_S = 1.0
+
+
+def _keeps_failing(check: Callable[[], bool]) -> bool:
+    """Whether ``check`` fails :data:`HEALTH_PROBES` times in a row, a pause apart."""
+    for probe in range(HEALTH_PROBES):
+        if check():
+            return False
+        if probe + 1 < HEALTH_PROBES:
+            time.sleep(HEALTH_PROBE_PAUSE_S)
+    return True
+
+
 def _api(port: int) -> str:
     return f"http://{HOST}:{port}/api"
 
@@ -512,9 +528,12 @@ class _Starter:
         self.started: list[str] = []
 
     def replace_unhealthy(self) -> None:
-        """An unhealthy server of ours would stop a new one from binding: stop it."""
+        """An unhealthy server of ours would stop a new one from binding: stop it. Unhealthy
+        means it failed :data:`HEALTH_PROBES` checks in a row: a server that is only slow for
+        a moment (busy with a grid on a loaded machine) is kept, with its clients."""
         for name in START_GROUPS[0]:
-            if name in self.running and not SPECS[name].healthy(self.stack, self.running[name]):
+            if name in self.running and _keeps_failing(
+                    lambda n=name: SPECS[n].healthy(self.stack, self.running[n])):
                 _stop_process(self.running.pop(name), timeout_s=20)
                 self.state["services"].pop(name, None)
                 self.paths.pid_file(name).unlink(missing_ok=True)

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -102,6 +103,35 @@ def test_stack_up_twice_reuses_running_services(stack):
     again = up(stack.run_dir, prefect_port=stack.prefect_port, mlflow_port=stack.mlflow_port)
     assert again.started == ()
     assert set(again.reused) == set(SERVICES)
+    assert {row.name: row.pid for row in status(stack.run_dir)} == pids
+
+
+@pytest.mark.slow
+def test_a_server_that_answers_late_during_up_is_kept(stack, monkeypatch):
+    """The MLflow server's processes are stopped (SIGSTOP) for 5 s while ``up`` checks the
+    stack, as a server busy on a loaded machine is slow to answer: its first health check times
+    out (3 s), a later one passes, and ``up`` keeps it, same PID, instead of replacing it."""
+    import infra.stack
+
+    checks, real_check = [], infra.stack._http_ok
+
+    def spy(url, expected, **kw):
+        ok = real_check(url, expected, **kw)
+        checks.append((url, ok))
+        return ok
+
+    pids = {row.name: row.pid for row in status(stack.run_dir)}
+    monkeypatch.setattr(infra.stack, "_http_ok", spy)
+    os.killpg(pids["mlflow"], signal.SIGSTOP)
+    resume = threading.Timer(5.0, os.killpg, (pids["mlflow"], signal.SIGCONT))
+    resume.start()
+    try:
+        again = up(stack.run_dir, prefect_port=stack.prefect_port, mlflow_port=stack.mlflow_port)
+    finally:
+        resume.join()
+    mlflow_checks = [ok for url, ok in checks if url == f"{stack.mlflow_uri}/health"]
+    assert mlflow_checks[0] is False and True in mlflow_checks, checks  # late, then answered
+    assert again.started == () and set(again.reused) == set(SERVICES)
     assert {row.name: row.pid for row in status(stack.run_dir)} == pids
 
 
