@@ -218,6 +218,9 @@ def _tune_process(run_dir, api_url):
         ckpts.exists() and len(list(ckpts.rglob("*.pt"))) >= 2
     ):
         time.sleep(0.2)
+    if not (ckpts.exists() and len(list(ckpts.rglob("*.pt"))) >= 2):
+        os.killpg(proc.pid, signal.SIGKILL)  # not mid-grid: the fault would test nothing
+        pytest.fail(f"`damptune tune` wrote fewer than 2 checkpoints in 300 s ({ckpts})")
     return proc, args, env
 
 
