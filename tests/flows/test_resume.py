@@ -213,12 +213,14 @@ def _tune_process(run_dir, api_url):
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             start_new_session=True)
     ckpts = run_dir / "checkpoints"
+
+    def mid_grid():
+        return ckpts.exists() and len(list(ckpts.rglob("*.pt"))) >= 2
+
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (
-        ckpts.exists() and len(list(ckpts.rglob("*.pt"))) >= 2
-    ):
+    while time.monotonic() < deadline and not mid_grid():
         time.sleep(0.2)
-    if not (ckpts.exists() and len(list(ckpts.rglob("*.pt"))) >= 2):
+    if not mid_grid():
         os.killpg(proc.pid, signal.SIGKILL)  # not mid-grid: the fault would test nothing
         pytest.fail(f"`damptune tune` wrote fewer than 2 checkpoints in 300 s ({ckpts})")
     return proc, args, env
