@@ -1,4 +1,5 @@
-"""Stop requests: a SIGTERM, a deadline (a cluster's lifetime), or the caller.
+"""Stop requests: a SIGTERM (or a run's first Ctrl-C), a deadline (a cluster's lifetime), or
+the caller.
 
 Training checks :func:`requested` between updates (distributed modes: between segments, about
 every second); it then checkpoints and returns *interrupted*, which is not a failure: a rerun
@@ -19,8 +20,8 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["request", "requested", "clear", "install_sigterm_handler", "active", "parse_duration",
-           "own_process"]
+__all__ = ["request", "requested", "clear", "install_sigterm_handler", "install_sigint_handler",
+           "active", "parse_duration", "own_process"]
 
 # a SIGTERM handler is process-wide, so the request it records is too
 _EVENT = threading.Event()
@@ -95,6 +96,28 @@ def install_sigterm_handler(*, grace: float = 60.0, reraise: bool | None = None)
             signal.raise_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, handler)
+    return True
+
+
+def install_sigint_handler(say: Any = None) -> bool:
+    """A program that is the run (``damptune tune``): the first Ctrl-C (SIGINT) asks the stop,
+    as a SIGTERM does (the trials checkpoint, the run ends interrupted, a rerun continues it);
+    the next one aborts at once (KeyboardInterrupt). ``say(message)`` tells the user. Only
+    from the main thread, and not where SIGINT is ignored (a background job of a shell
+    without job control); returns whether installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return False
+
+    def handler(signum: int, frame: Any) -> None:
+        request("SIGINT (Ctrl-C)")
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the next one aborts
+        if say is not None:
+            say("stopping: the trials checkpoint, then the run ends (a rerun continues it); "
+                "Ctrl-C again to abort at once")
+
+    signal.signal(signal.SIGINT, handler)
     return True
 
 

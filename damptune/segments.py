@@ -22,7 +22,7 @@ from damptune.cluster import WorkerGroup, gather_within, scatter_data
 from damptune.config import TrainConfig, n_workers_for
 from damptune.devices import Placement, cpu_placement, place_ranks, worker_report
 from damptune.errors import ClusterError, DamptuneError
-from damptune.loop import Emit
+from damptune.loop import INTERRUPTED, Emit
 from damptune.ranks import (
     one_host,
     open_store,
@@ -147,9 +147,13 @@ class SegmentRunner:
             except (DamptuneError, TypeError, ValueError) as exc:
                 if not isinstance(exc, ClusterError):
                     raise  # a bug or bad configuration: retrying cannot help
+                if self._lost_while_stopping(state, exc, should_stop):
+                    return INTERRUPTED
                 self._recover(state, exc)
                 continue
             except Exception as exc:  # noqa: BLE001 - a worker was lost: continue without it
+                if self._lost_while_stopping(state, exc, should_stop):
+                    return INTERRUPTED
                 self._recover(state, exc)
                 continue
             return self._take(state, results, emit)
@@ -178,6 +182,23 @@ class SegmentRunner:
         ckpt["history"] = state.history
         state.restore(ckpt)
         self.synced, self.synced_len = True, len(state.history)
+
+    def _lost_while_stopping(self, state: TrainState, exc: BaseException,
+                             should_stop: Callable[[], bool] | None) -> bool:
+        """A rank was lost while a stop is asked: a machine's shutdown signals every process,
+        the Dask workers with the driver, and no replacement will come. Then the run does not
+        wait for one: it drops the group and goes back to the last synced state, which the
+        caller checkpoints (the work since, at most one checkpoint interval, is redone by the
+        rerun). True then."""
+        if should_stop is None or not should_stop():
+            return False
+        log.warning("lost a rank (%r) while stopping: ending at update %d, the last synced "
+                    "state", exc, state.update)
+        with contextlib.suppress(Exception):  # the dead rank cannot answer; teardown resets
+            self.teardown(timeout=10.0)
+        del state.history[self.synced_len:]
+        self.synced = True
+        return True
 
     def _recover(self, state: TrainState, exc: BaseException) -> None:
         """A rank was lost: drop the group, go back to the last synced state (at most one

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import types
@@ -147,16 +148,20 @@ def _progress(storage: str, grid_name: str, total: int, stop: threading.Event) -
 def _tune(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from damptune import interrupt
+    from flows.prefect_server import temporary_prefect_server
     from flows.signature import flow_params
     from flows.tune import grid_of, tune
     from tasks.report import GridIncomplete
 
     given = {p.name: getattr(args, p.name) for p in flow_params() if hasattr(args, p.name)}
     settings, cells = grid_of(given)  # bad input fails here, before any server starts
-    # this process is the run: a SIGTERM checkpoints the trials, and the grid ends interrupted
-    # (exit status 75) instead of the process dying by the signal
+    # this process is the run: a SIGTERM, or a first Ctrl-C, checkpoints the trials, and the
+    # grid ends interrupted (exit status 75) instead of the process dying by the signal
     interrupt.own_process()
     interrupt.install_sigterm_handler()
+    ctrl_c = signal.getsignal(signal.SIGINT)  # given back when the run ends (main(): tests)
+    interrupt.install_sigint_handler(say=lambda text: print(f"damptune tune: {text}",
+                                                            file=sys.stderr, flush=True))
     stop = threading.Event()
     if not getattr(args, "no_progress", False):
         threading.Thread(target=_progress, daemon=True,
@@ -164,15 +169,19 @@ def _tune(args: argparse.Namespace) -> int:
                                sum(settings.trials_for(c.model) + settings.validation_seeds
                                    for c in cells),
                                stop)).start()
+    os.makedirs(settings.run_dir, exist_ok=True)
     try:
-        rows = tune(**{**given, "run_dir": settings.run_dir, "storage": settings.storage,
-                       "tracking_uri": settings.tracking_uri})
+        with temporary_prefect_server(os.path.join(settings.run_dir, "prefect-server.log")):
+            rows = tune(**{**given, "run_dir": settings.run_dir, "storage": settings.storage,
+                           "tracking_uri": settings.tracking_uri})
     except GridIncomplete as exc:  # the summary is written: show it, then say what is wrong
         _print_rows(exc.rows, as_json=False)
         print(f"damptune tune: {exc}", file=sys.stderr)
         return exc.exit_code
     finally:
         stop.set()
+        if ctrl_c is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, ctrl_c)
     _print_rows(rows, as_json=False)
     print(f"summary: {settings.run_dir}/summary.md; report (ranking and figures): "
           f"{settings.run_dir}/report/report.md; damptune report --run-dir {settings.run_dir}")

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 from distributed import Client
 
-from damptune import ClusterError, ConfigError, claims, membership
+from damptune import ClusterError, ConfigError, claims, interrupt, membership
 from damptune.cluster import scheduler_address, worker_addresses
 from damptune.preemption import TOPIC, PreemptionPlugin
 from tasks.gpus import local_cluster_for
@@ -98,7 +98,8 @@ class WorkerPool:
              have: int = 0) -> list[str]:
         """Up to ``n`` free live workers (sorted), at least ``at_least`` (default ``n``),
         claimed on the scheduler so no other run uses them: waits up to ``timeout`` s, else
-        ClusterError naming the cluster and the counts."""
+        ClusterError naming the cluster and the counts; a ClusterError at once when a stop is
+        asked meanwhile (a machine's shutdown takes the workers too: none will come)."""
         need = n if at_least is None else at_least
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
@@ -114,6 +115,9 @@ class WorkerPool:
                     return taken
             if deadline <= time.monotonic():
                 raise self._wait_error(known, need=need, have=have, wait=wait)
+            if interrupt.requested():
+                raise ClusterError(f"a stop was asked ({interrupt.requested()}) while a trial "
+                                   f"holding {have} waited for {need} more worker(s)")
             with self._cond:  # membership events and releases wake it; 1 s at most
                 self.waiting += 1
                 try:

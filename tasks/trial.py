@@ -15,7 +15,7 @@ import optuna
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from damptune import TrainConfig, TrainData, TrainState, train
+from damptune import TrainConfig, TrainData, TrainState, interrupt, train
 from damptune.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
 from damptune.config import cap_for, import_path
 from damptune.trainer import STOPPED_BY_BOUND
@@ -259,6 +259,10 @@ def _train(grid: GridSettings, c: Cell, ds: Dataset, setup: _Setup, *, number: i
             logger.end("FAILED")
             raise
         logger.end("KILLED")  # a lost worker, a rank timeout: not the trial's fault
+        stopping = interrupt.requested()
+        if stopping:  # part of the stop (a shutdown takes the workers too): no retry
+            return TrialResult(number, TrialState.INTERRUPTED, params, run_id=logger.run_id,
+                               reason=f"interrupted: {stopping} ({exc})")
         return TrialResult(number, TrialState.INTERRUPTED, params, run_id=logger.run_id,
                            reason=f"cluster fault: {exc}", fault=exc)
     training = training_record(config, state.history, workers=grid.trial_workers(c.network))

@@ -118,6 +118,26 @@ def test_interrupt_request_is_process_wide(blobs):
     assert state.interrupted and state.update == 0  # asked before it began: none trained
 
 
+def test_a_runs_first_ctrl_c_asks_the_stop_and_the_next_aborts(monkeypatch):
+    """`damptune tune`'s SIGINT handler: the first Ctrl-C asks the stop (and says so), the
+    second raises KeyboardInterrupt; where SIGINT is ignored (a background job of a shell
+    without job control) it installs nothing."""
+    said = []
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        assert interrupt.install_sigint_handler(say=said.append)
+        signal.raise_signal(signal.SIGINT)
+        assert interrupt.requested() == "SIGINT (Ctrl-C)" and len(said) == 1
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert not interrupt.install_sigint_handler()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        interrupt.clear()
+
+
 def test_sigterm_checkpoints_and_resume_matches(tmp_path):
     """A real SIGTERM to `damptune train`: it checkpoints and exits; --resume finishes with the
     same weights as a run never interrupted."""
@@ -234,6 +254,50 @@ def test_lost_workers_do_not_fail_the_run(blobs, fragile_cluster, mode, victims,
     assert killer.done and "lost" in caplog.text  # killed mid-run, and recovered from
     assert survived.update == whole.update
     for a, b in zip(whole.model.parameters(), survived.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_workers_lost_while_stopping_end_the_run_at_its_last_synced_update(
+        blobs, fragile_cluster, tmp_path, caplog, monkeypatch):
+    """A machine's shutdown signals every process (``timeout``, a process group's SIGTERM,
+    systemd): the stop is asked and the ranks' workers die in the same segment. The run does
+    not wait for replacements nor re-form its group (it waited for them, up to the grid's 600 s
+    per trial, before): it ends interrupted at its last synced update, checkpointed there, and
+    a resume ends with the undisturbed run's weights. The fault lands inside a segment: the
+    stop is asked and the workers killed after the segment's tasks were submitted, before
+    its results are awaited."""
+    from damptune.segments import SegmentRunner
+
+    data, address = data_of(blobs), fragile_cluster.scheduler_address
+    cfg = config("centralized", 2, **{**KW, "max_epochs": 12, "checkpoint_every": 10})
+    whole = train(cfg, data, cluster=address)
+    armed, killed, real_wait = [], [], SegmentRunner._wait
+
+    def shutdown_inside_a_segment(self, futures, what, **kw):
+        if armed and not killed and what == "training segment":
+            interrupt.request("test: the machine shuts down")
+            with Client(address, timeout="10s") as client:
+                pids = client.run(os.getpid)
+            for pid in pids.values():
+                os.kill(pid, signal.SIGKILL)
+            killed.extend(pids)
+        return real_wait(self, futures, what, **kw)
+
+    monkeypatch.setattr(SegmentRunner, "_wait", shutdown_inside_a_segment)
+    ckpt = str(tmp_path / "c.pt")
+    with caplog.at_level(logging.WARNING, logger="damptune"):
+        stopped = train(cfg, data, cluster=address, checkpoint_path=ckpt,
+                        callback=lambda r: armed.append(r.update) if r.update >= 30 else None)
+    interrupt.clear()
+    assert len(killed) == 3 and stopped.interrupted, (killed, stopped.stopped)
+    assert "while stopping" in caplog.text and "re-forming" not in caplog.text, caplog.text
+    assert load_checkpoint(ckpt)["counters"]["update"] == stopped.update
+    assert 0 < stopped.update < whole.update
+    monkeypatch.undo()
+    resumed = train(cfg, data, cluster=address, checkpoint_path=ckpt, resume=True)
+    assert resumed.update == whole.update and not resumed.interrupted
+    for a, b in zip(whole.model.parameters(), resumed.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 

@@ -1,5 +1,6 @@
 """One set of defaults: the flow's parameters, the grid's settings and `damptune tune`."""
 
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -64,6 +65,9 @@ def test_cli_tune_from_a_directory_runs_the_grid_there(tmp_path, monkeypatch):
     recorder.fn = module.tune.fn  # the flow's signature: its defaults
     monkeypatch.setattr(module, "tune", recorder)
     monkeypatch.setattr(interrupt, "install_sigterm_handler", lambda **_: True)
+    monkeypatch.setattr(interrupt, "install_sigint_handler", lambda **_: True)
+    monkeypatch.setattr("flows.prefect_server.temporary_prefect_server",
+                        lambda log_path: contextlib.nullcontext())  # no flow, no server
     monkeypatch.chdir(tmp_path)
     assert main(["tune", "--networks", "2", "--algorithms", "geodamp", "--models", "mlp",
                  "--trials", "mlp=1", "--grid-name", "tiny", "--no-progress", "--target", "0.3",

@@ -11,6 +11,7 @@ import threading
 import time
 
 import optuna
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -200,18 +201,24 @@ def test_concurrent_runs_never_train_a_trial_twice(tmp_path, scheduler, monkeypa
 EVERY = 20  # updates between checkpoints of the flow-kill test: lost work is a count
 
 
+def _sigint_at_default():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal starts it, whatever ours is
+
+
 def _tune_process(run_dir, api_url):
     """`damptune tune` of the fault tests' grid (tests/flows/grids.GRID, one worker per rank,
-    as the clean run), started in its own session; returns it and its arguments, once it has
-    written two checkpoints (mid-grid, with work done and work left)."""
+    as the clean run), started in its own session (on the Prefect server ``api_url``, or, if
+    None, a temporary one of its own); returns it and its arguments, once it has written two
+    checkpoints (mid-grid, with work done and work left)."""
     args = [sys.executable, "-m", "damptune", "tune", "--networks", "2", "--algorithms",
             "geodamp,padadamp", "--models", "mlp", "--trials", "3", "--epochs", "3",
             "--target", "0.45", "--validation-seeds", "1", "--workers-per-trial", "0",
             "--grid-name", "g", "--run-dir", str(run_dir),
             "--checkpoint-seconds", "3600", "--checkpoint-every", str(EVERY), "--no-progress"]
-    env = {**os.environ, "DAMPTUNE_LEASE_TTL": "4", "PREFECT_API_URL": api_url}
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update({"DAMPTUNE_LEASE_TTL": "4"}, **({"PREFECT_API_URL": api_url} if api_url else {}))
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_sigint_at_default)
     ckpts = run_dir / "checkpoints"
 
     def mid_grid():
@@ -236,6 +243,33 @@ def test_sigterm_to_damptune_tune_exits_75_then_a_rerun_equals_the_clean_run(
     assert proc.poll() is None, "the grid ended before the signal"
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(300) == 75
+    out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert trials_of(run_dir, "g") == clean
+    assert set(runs_per_trial(run_dir, "g").values()) == {1}
+    assert any(w["attempts"] == 2 for w in worklog.summary(str(run_dir)).values())
+
+
+def test_ctrl_c_to_damptune_tune_exits_75_then_a_rerun_equals_the_clean_run(tmp_path, clean):
+    """Ctrl-C in the terminal of a `damptune tune` that names no Prefect server: SIGINT to its
+    whole process group, its Dask workers too. The first Ctrl-C asks the stop, as a SIGTERM
+    does: the trials whose workers died end at their last synced update instead of waiting
+    for replacements that never come (600 s per trial, before), the run's own temporary
+    Prefect server (in a session of its own) takes the run's last calls, and the run exits 75
+    and stops that server. A rerun ends equal to the clean run, one MLflow run per trial."""
+    run_dir = tmp_path / "c"
+    proc, args, env = _tune_process(run_dir, None)
+    try:
+        assert proc.poll() is None, "the grid ended before the signal"
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(300) == 75
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    servers = [p for p in psutil.process_iter(["cmdline"])
+               if "flows.prefect_server" in (p.info["cmdline"] or [])
+               and str(proc.pid) in p.info["cmdline"]]
+    assert not servers and (run_dir / "prefect-server.log").exists(), servers
     out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert trials_of(run_dir, "g") == clean

@@ -1,0 +1,64 @@
+"""The temporary Prefect server of a `damptune tune` run that names no PREFECT_API_URL: in a
+session of its own (a signal to the run's process group does not stop it under the run), and
+never left behind by a run that died without stopping it."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow
+
+RUN = """
+import sys, time
+from flows.prefect_server import temporary_prefect_server
+from prefect.client.orchestration import get_client
+with temporary_prefect_server(sys.argv[1]) as url:
+    with get_client(sync_client=True) as client:  # Prefect's client uses it
+        assert str(client.api_url).rstrip("/") == url, (client.api_url, url)
+        client.api_healthcheck()
+    print(url, flush=True)
+    time.sleep(600)
+"""
+
+
+def _server_of(run_pid):
+    """The temporary server process started by the run ``run_pid``."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "flows.prefect_server" in cmd and str(run_pid) in cmd:
+            return proc
+    return None
+
+
+def test_the_runs_prefect_server_has_its_own_session_and_dies_with_the_run(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    run = subprocess.Popen([sys.executable, "-c", RUN, str(tmp_path / "server.log")], env=env,
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        url = run.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), (url, run.poll())
+        server = _server_of(run.pid)
+        assert server is not None
+        assert os.getpgid(server.pid) != os.getpgid(run.pid)  # a Ctrl-C of the run's group
+        with urllib.request.urlopen(f"{url}/health", timeout=10) as answer:  # misses it
+            assert answer.status == 200
+        os.killpg(run.pid, signal.SIGKILL)  # the run dies without stopping it
+        run.wait(30)
+        deadline = time.monotonic() + 60
+        while server.is_running() and server.status() != psutil.STATUS_ZOMBIE \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE, \
+            "the temporary Prefect server outlived its run"
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        leftover = _server_of(run.pid)
+        if leftover is not None:
+            leftover.kill()
