@@ -52,26 +52,32 @@ def sigkill(address, pick):
 
 def kill_in_the_second_training(monkeypatch, kill):
     """Have ``kill`` run inside the grid's second training (one trial trains at a time on the
-    grid's 2 workers, so the first has ended), at its first record of an update: from a
-    callback of that trial, which its driver calls between segments, so the trial cannot end
-    before the kill lands, however fast or loaded the machine. (A thread that polled the
-    storage for a trial in training could fire after the training's last segment, while the
-    trial was still RUNNING for its checkpoint, MLflow and Optuna calls.)"""
+    grid's 2 workers, so the first has ended), inside its first segment: after the ranks' tasks
+    were submitted, before their results are awaited, so the segment loses its worker however
+    fast or loaded the machine. (A kill from a trial callback, between two segments, missed
+    the trial whenever its training was one segment: fast days; a thread that polled the
+    storage could fire after the last segment, while the trial was still RUNNING.)"""
+    import threading
+
     import tasks.trial
+    from damptune.segments import SegmentRunner
 
-    real, trainings = tasks.trial.trial_callbacks, []
+    real_callbacks, real_wait, trainings, armed = tasks.trial.trial_callbacks, \
+        SegmentRunner._wait, [], []
 
-    def with_killer(**kw):
+    def counted(**kw):  # called by the trial's thread, which then trains
         trainings.append(None)
-        nth = len(trainings)
+        if len(trainings) == 2:
+            armed.append(threading.get_ident())
+        return real_callbacks(**kw)
 
-        def killer(record):
-            if nth == 2 and not kill.done and record.update >= 1:
-                kill()
+    def wait(self, futures, what, **kw):
+        if what == "training segment" and not kill.done and threading.get_ident() in armed:
+            kill()
+        return real_wait(self, futures, what, **kw)
 
-        return [killer, *real(**kw)]
-
-    monkeypatch.setattr(tasks.trial, "trial_callbacks", with_killer)
+    monkeypatch.setattr(tasks.trial, "trial_callbacks", counted)
+    monkeypatch.setattr(SegmentRunner, "_wait", wait)
 
 
 def assert_killed_inside_a_trial(kill, n_killed, caplog, run_dir):
