@@ -157,10 +157,14 @@ def test_workers_gone_for_good_stop_the_cell_interrupted_then_a_rerun_finishes(
     failures = stopped.value.failures
     assert failures and all("interrupted by faults of the cluster in all 2 attempts" in f
                             and "Nothing was lost" in f for f in failures), failures
-    # every attempt of every trial ended by waiting worker_wait (2 s) for workers
-    waits = [r.getMessage() for r in caplog.records if " interrupted: cluster fault" in
-             r.getMessage()]
-    assert len(waits) >= 2 and all("(waited 2 s)" in m for m in waits), waits
+    # every attempt of every trial ended by waiting worker_wait (2 s) for workers, or at once
+    # when its workers left between being taken and its training's start (the scale-down
+    # can land there); never by the engine's rank timeout. Each trial's last attempt waited.
+    ends = [r.getMessage() for r in caplog.records if " interrupted: cluster fault" in
+            r.getMessage()]
+    waited = [m for m in ends if "(waited 2 s)" in m]
+    assert all(m in waited or "are no longer in the cluster" in m for m in ends), ends
+    assert len(waited) >= len(failures) >= 1, ends
     before = trials_of(run_dir, "g")
     states = [state for trials in before.values() for _, state, _, _ in trials]
     assert "FAIL" not in states and "RUNNING" in states, before
