@@ -194,11 +194,15 @@ class SegmentRunner:
             return False
         log.warning("lost a rank (%r) while stopping: ending at update %d, the last synced "
                     "state", exc, state.update)
+        self._back_to_synced(state)
+        self.synced = True
+        return True
+
+    def _back_to_synced(self, state: TrainState) -> None:
+        """Drop the group and the records since the last synced state (the driver's)."""
         with contextlib.suppress(Exception):  # the dead rank cannot answer; teardown resets
             self.teardown(timeout=10.0)
         del state.history[self.synced_len:]
-        self.synced = True
-        return True
 
     def _recover(self, state: TrainState, exc: BaseException) -> None:
         """A rank was lost: drop the group, go back to the last synced state (at most one
@@ -207,9 +211,7 @@ class SegmentRunner:
         if self.recoveries > MAX_RECOVERIES:
             raise ClusterError(f"ranks failed {self.recoveries} times; last: {exc!r}") from exc
         log.warning("lost a rank (%r); re-forming the group from update %d", exc, state.update)
-        with contextlib.suppress(Exception):  # the dead rank cannot answer; teardown resets
-            self.teardown(timeout=10.0)
-        del state.history[self.synced_len:]
+        self._back_to_synced(state)
         self.group.replace(set(), need=self.world, timeout=self.config.timeout)
         self.data_future = self._scatter()  # again if its holders died
 
