@@ -17,6 +17,7 @@ from distributed import Client, wait
 from damptune import ClusterError, TrainData, interrupt, load_checkpoint, train
 from damptune.checkpoint import checkpoint_paths
 from damptune.cluster import gather_within, local_cluster
+from tests.segments import act_inside_a_segment
 
 from .test_checkpoint import assert_same_run
 from .test_modes import config
@@ -267,24 +268,20 @@ def test_workers_lost_while_stopping_end_the_run_at_its_last_synced_update(
     a resume ends with the undisturbed run's weights. The fault lands inside a segment: the
     stop is asked and the workers killed after the segment's tasks were submitted, before
     its results are awaited."""
-    from damptune.segments import SegmentRunner
-
     data, address = data_of(blobs), fragile_cluster.scheduler_address
     cfg = config("centralized", 2, **{**KW, "max_epochs": 12, "checkpoint_every": 10})
     whole = train(cfg, data, cluster=address)
-    armed, killed, real_wait = [], [], SegmentRunner._wait
+    armed, killed = [], []
 
-    def shutdown_inside_a_segment(self, futures, what, **kw):
-        if armed and not killed and what == "training segment":
-            interrupt.request("test: the machine shuts down")
-            with Client(address, timeout="10s") as client:
-                pids = client.run(os.getpid)
-            for pid in pids.values():
-                os.kill(pid, signal.SIGKILL)
-            killed.extend(pids)
-        return real_wait(self, futures, what, **kw)
+    def shutdown():
+        interrupt.request("test: the machine shuts down")
+        with Client(address, timeout="10s") as client:
+            pids = client.run(os.getpid)
+        for pid in pids.values():
+            os.kill(pid, signal.SIGKILL)
+        killed.extend(pids)
 
-    monkeypatch.setattr(SegmentRunner, "_wait", shutdown_inside_a_segment)
+    act_inside_a_segment(monkeypatch, lambda: bool(armed), shutdown)
     ckpt = str(tmp_path / "c.pt")
     with caplog.at_level(logging.WARNING, logger="damptune"):
         stopped = train(cfg, data, cluster=address, checkpoint_path=ckpt,

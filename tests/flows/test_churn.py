@@ -24,6 +24,7 @@ from tests.flows.grids import (
     trials_of,
     while_a_trial_trains,
 )
+from tests.segments import act_inside_a_segment
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -60,10 +61,8 @@ def kill_in_the_second_training(monkeypatch, kill):
     import threading
 
     import tasks.trial
-    from damptune.segments import SegmentRunner
 
-    real_callbacks, real_wait, trainings, armed = tasks.trial.trial_callbacks, \
-        SegmentRunner._wait, [], []
+    real_callbacks, trainings, armed = tasks.trial.trial_callbacks, [], []
 
     def counted(**kw):  # called by the trial's thread, which then trains
         trainings.append(None)
@@ -71,13 +70,8 @@ def kill_in_the_second_training(monkeypatch, kill):
             armed.append(threading.get_ident())
         return real_callbacks(**kw)
 
-    def wait(self, futures, what, **kw):
-        if what == "training segment" and not kill.done and threading.get_ident() in armed:
-            kill()
-        return real_wait(self, futures, what, **kw)
-
     monkeypatch.setattr(tasks.trial, "trial_callbacks", counted)
-    monkeypatch.setattr(SegmentRunner, "_wait", wait)
+    act_inside_a_segment(monkeypatch, lambda: threading.get_ident() in armed, kill)
 
 
 def assert_killed_inside_a_trial(kill, n_killed, caplog, run_dir):

@@ -11,12 +11,12 @@ import threading
 import time
 
 import optuna
-import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
 from damptune import interrupt
 from flows.tune import tune
+from infra.stack import _default_sigint
 from tasks import worklog
 from tasks.driver import DAMPTUNE_STATE, INTERRUPTED, RESUMED
 from tasks.grid import Cell, GridSettings
@@ -24,6 +24,7 @@ from tasks.leases import Leases
 from tasks.report import GridIncomplete
 from tasks.search import open_study, sampler_for
 from tests.flows.grids import GRID, after_first_finished_trial, runs_per_trial, trials_of
+from tests.flows.test_prefect_server import _server_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -201,10 +202,6 @@ def test_concurrent_runs_never_train_a_trial_twice(tmp_path, scheduler, monkeypa
 EVERY = 20  # updates between checkpoints of the flow-kill test: lost work is a count
 
 
-def _sigint_at_default():
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal starts it, whatever ours is
-
-
 def _tune_process(run_dir, api_url):
     """`damptune tune` of the fault tests' grid (tests/flows/grids.GRID, one worker per rank,
     as the clean run), started in its own session (on the Prefect server ``api_url``, or, if
@@ -217,8 +214,9 @@ def _tune_process(run_dir, api_url):
             "--checkpoint-seconds", "3600", "--checkpoint-every", str(EVERY), "--no-progress"]
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update({"DAMPTUNE_LEASE_TTL": "4"}, **({"PREFECT_API_URL": api_url} if api_url else {}))
+    # SIGINT at its default, as a terminal starts it, whatever this process's is
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                            start_new_session=True, preexec_fn=_sigint_at_default)
+                            start_new_session=True, preexec_fn=_default_sigint)
     ckpts = run_dir / "checkpoints"
 
     def mid_grid():
@@ -266,10 +264,8 @@ def test_ctrl_c_to_damptune_tune_exits_75_then_a_rerun_equals_the_clean_run(tmp_
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    servers = [p for p in psutil.process_iter(["cmdline"])
-               if "flows.prefect_server" in (p.info["cmdline"] or [])
-               and str(proc.pid) in p.info["cmdline"]]
-    assert not servers and (run_dir / "prefect-server.log").exists(), servers
+    server = _server_of(proc.pid)
+    assert server is None and (run_dir / "prefect-server.log").exists(), server
     out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert trials_of(run_dir, "g") == clean
