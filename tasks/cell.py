@@ -99,13 +99,13 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
 
 def _train_due(runner: ThreadPoolTaskRunner[Any], driver: StudyDriver, submit: dict[str, Any],
                retries: Retries, session: Session) -> Exception | bool | None:
-    """Train the study's due trials, in batches, until none is due and no other live run
-    trains one. None then; True when interrupted; the error when a cluster fault outlived
-    its attempts."""
+    """Train the study's due trials, in batches, until it holds all its trials finished (by
+    this run or another live one, waited for). None then; True when interrupted; the error
+    when a cluster fault outlived its attempts."""
     while True:
         batch = driver.stale_trials() or driver.next_batch()
-        if batch is None:  # no new trial is due: done, unless trials of others are left
-            if not driver.running_elsewhere():
+        if batch is None:  # no new trial is due: done once all are finished, by any run
+            if driver.all_finished():
                 return None
             if interrupt.requested():
                 return True

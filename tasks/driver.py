@@ -157,10 +157,13 @@ class StudyDriver:
         return sum(self.leases.held_by_other(self.lease_key(t.number), self.owner)
                    for t in self._running())
 
-    def running_elsewhere(self) -> int:
-        """RUNNING trials this run does not train (called between its batches): held by
-        another run, or left by a dead one and not yet resumed."""
-        return len(self._running())
+    def all_finished(self) -> bool:
+        """Whether the study holds its ``total`` trials, all finished (one read; called between
+        this run's batches). No trial running is not enough: another run's trial may have just
+        finished, before that run asked the next one."""
+        trials = self.study.get_trials(deepcopy=False)
+        return (not any(t.state == State.RUNNING for t in trials)
+                and sum(t.state in FINISHED for t in trials) >= self.total)
 
     def next_batch(self) -> list[Ticket] | None:
         """New trials to train (only those whose lease this run took: between ask and acquire

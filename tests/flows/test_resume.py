@@ -138,6 +138,54 @@ def test_stale_running_trial_is_taken_over_under_its_number(tmp_path, scheduler,
     assert any(held) == (lease_left > 1), held  # the rerun waited for the dead run's lease
 
 
+def test_a_trial_another_run_finishes_while_this_one_waits_does_not_end_the_cell(
+        tmp_path, scheduler, monkeypatch):
+    """Another live run trains trial 0 (it holds its lease), so this run waits: no new trial
+    is due while it runs. The other run finishes it just after this run read the study and
+    found none due, and before it asks trial 1. The cell must then ask the rest itself. It
+    ended instead, its search short of its trials: with no trial left running the grid
+    returned as complete (only trial 0 finished, nothing validated); with the other run's
+    next trial running, the grid reported it as interrupted (a make test failure of the
+    concurrency test below). The moment is forced here: a spy on ``next_batch`` finishes the
+    other run's trial right after it answered None."""
+    import tasks.driver
+
+    run_dir = tmp_path / "w"
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    os.makedirs(run_dir)
+    settings = GridSettings(grid_name="g", storage=storage, epochs=3, trials=3,
+                            target_accuracy=0.45)
+    cell = Cell(2, "geodamp", "mlp")
+    study = open_study(settings, cell, n_train=4000)
+    from tasks.search import distributions
+
+    study.sampler = sampler_for(settings, 0, study.study_name)
+    other = study.ask(distributions(settings, cell))  # the other run's trial, trained there
+    key, others = f"{study.study_name}#{other.number}", Leases(storage, ttl=60)
+    assert others.acquire(key, "other-run")
+    real_next, told = tasks.driver.StudyDriver.next_batch, []
+
+    def next_batch(self):
+        batch = real_next(self)
+        if batch is None and not told and self.study.study_name == study.study_name:
+            study.tell(other.number, state=optuna.trial.TrialState.PRUNED)  # the other run
+            others.release(key, "other-run")  # ends its trial; it has not asked the next yet
+            told.append(self.owner)
+        return batch
+
+    monkeypatch.setattr(tasks.driver.StudyDriver, "next_batch", next_batch)
+    tune(grid_name="g", run_dir=str(run_dir), cluster=scheduler,
+         **{**GRID, "algorithms": ["geodamp"]})
+    assert told  # the other run's trial ended between the two reads
+    trials = trials_of(run_dir, "g")
+    assert [(n, s) for n, s, *_ in trials["n2/geodamp/mlp"]][0] == (0, "PRUNED"), trials
+    assert [n for n, *_ in trials["n2/geodamp/mlp"]] == [0, 1, 2], trials
+    assert {s for _, s, *_ in trials["n2/geodamp/mlp"]} <= {"COMPLETE", "PRUNED"}, trials
+    assert [s for _, s, *_ in trials["n2/geodamp/mlp/validation"]] == ["COMPLETE"], trials
+    assert set(runs_per_trial(run_dir, "g")) == {("n2/geodamp/mlp", "1"), ("n2/geodamp/mlp", "2"),
+                                                 ("n2/geodamp/mlp/validation", "0")}
+
+
 def test_concurrent_runs_never_train_a_trial_twice(tmp_path, scheduler, monkeypatch):
     """Spy (wraps the real tasks.trial.train) counting trainings per trial, and which run
     (its lease owner) trained it, while two runs of the same grid start at once: both runs
