@@ -149,15 +149,17 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = li
 def _tune(params: dict[str, Any]) -> list[dict[str, Any]]:
     settings, cells = _settings(params)
     _prepare(settings, n_cells=len(cells))
-    failures = _run_grid(settings, cells, max_concurrent_trials=params["max_concurrent_trials"],
-                         max_concurrent_cells=params["max_concurrent_cells"],
-                         cluster=params["cluster"])
-    return _summarize(settings, cells, failures)
+    failures, not_started = _run_grid(
+        settings, cells, max_concurrent_trials=params["max_concurrent_trials"],
+        max_concurrent_cells=params["max_concurrent_cells"], cluster=params["cluster"])
+    return _summarize(settings, cells, failures, not_started)
 
 
 def _run_grid(settings: GridSettings, cells: list[Cell], *, cluster: str,
-              max_concurrent_cells: int, max_concurrent_trials: int) -> list[str]:
-    """The cells, in one session on ``cluster`` sized for the largest network; the failures."""
+              max_concurrent_cells: int,
+              max_concurrent_trials: int) -> tuple[list[str], list[str]]:
+    """The cells, in one session on ``cluster`` sized for the largest network; the failures
+    and the cells not started (:func:`_run_cells`)."""
     with (
         keep_running_without_console(get_run_logger().warning),  # its Prefect worker may die
         open_session(settings, key=_flow_run_key(), cluster=cluster,
@@ -181,18 +183,28 @@ def _cluster_size(settings: GridSettings, cells: list[Cell], *, at_once: int) ->
 
 
 def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
-               max_concurrent_cells: int, max_concurrent_trials: int) -> list[str]:
+               max_concurrent_cells: int,
+               max_concurrent_trials: int) -> tuple[list[str], list[str]]:
     """One cell task per cell, ``max_concurrent_cells`` at a time, in the grid's order; with
     warm start a cell starts once its neighbours finished (what seeds it never depends on
-    timing). The failures, as text."""
+    timing). Once a stop is asked, no cell starts: a rerun runs them. The failures, as text,
+    and the keys of the cells not started."""
     logger = get_run_logger()
     failures: list[str] = []
+    not_started: list[str] = []
     pending = _stages(settings, cells)
     running: dict[Any, Cell] = {}
     finished: set[Cell] = set()
     runner: ThreadPoolTaskRunner[Any]
     with ThreadPoolTaskRunner(max_workers=max_concurrent_cells) as runner:
         while pending or running:
+            if interrupt.requested() and pending:  # opening them would only ask trial 0s
+                not_started += [c.key for c in pending]
+                logger.warning("stop requested (%s): %d cell(s) not started",
+                               interrupt.requested(), len(pending))
+                pending.clear()
+                if not running:
+                    break
             for cell in [c for c in pending if _ready(settings, c, cells, finished)]:
                 if len(running) >= max_concurrent_cells:
                     break
@@ -207,7 +219,7 @@ def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
             except Exception as exc:  # noqa: BLE001 - reported after the others finish
                 failures.append(f"{cell.key}: {exc}")
                 logger.error("cell %s failed: %s", cell.key, exc)
-    return failures
+    return failures, not_started
 
 
 def _stages(settings: GridSettings, cells: list[Cell]) -> list[Cell]:
@@ -339,11 +351,12 @@ def _flow_run_key() -> str:
         return uuid.uuid4().hex
 
 
-def _summarize(settings: GridSettings, cells: list[Cell],
-               failures: list[str]) -> list[dict[str, Any]]:
+def _summarize(settings: GridSettings, cells: list[Cell], failures: list[str],
+               not_started: list[str]) -> list[dict[str, Any]]:
     """The grid's rows: written to the run directory, MLflow and a Prefect artifact, with the
     report (ranking and figures, :mod:`tasks.publish`); then :class:`GridIncomplete` if trials
-    failed or were left interrupted, or cells stopped."""
+    failed or were left interrupted, cells stopped, or cells were not started (a stop came
+    first)."""
     logger = get_run_logger()
     keys = {c.key for c in cells}
     rows = [r for r in grid_rows(settings.storage, grid_name=settings.grid_name)
@@ -367,8 +380,9 @@ def _summarize(settings: GridSettings, cells: list[Cell],
         publish_models(settings, rows, client=client)
     validated = [r for stage in STAGES
                  for r in grid_rows(settings.storage, grid_name=settings.grid_name, stage=stage)]
-    if failures or any(r["n_failed"] or r["n_interrupted"] for r in rows + validated):
-        incomplete = GridIncomplete(rows, failures, validated)
+    if failures or not_started or any(r["n_failed"] or r["n_interrupted"]
+                                      for r in rows + validated):
+        incomplete = GridIncomplete(rows, failures, validated, not_started)
         logger.error("%s%s", incomplete, f"; stop requested: {interrupt.requested()}"
                      if interrupt.requested() else "")
         raise incomplete

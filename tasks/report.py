@@ -45,25 +45,29 @@ class GridIncomplete(RuntimeError):
     ``damptune tune`` exits with :attr:`exit_code`."""
 
     def __init__(self, rows: list[dict[str, Any]], failures: list[str],
-                 validated: list[dict[str, Any]] | None = None) -> None:
+                 validated: list[dict[str, Any]] | None = None,
+                 not_started: list[str] | None = None) -> None:
         """``rows``: the search cells' summaries; ``validated``: the validation cells',
-        counted with them."""
-        self.rows, self.failures = rows, failures
+        counted with them; ``not_started``: the cells a stop came before (their keys)."""
+        self.rows, self.failures, self.not_started = rows, failures, list(not_started or [])
         counted = rows + list(validated or [])
         self.n_failed = sum(int(r["n_failed"]) for r in counted)
         self.n_interrupted = sum(int(r["n_interrupted"]) for r in counted)
         parts = [f"{self.n_failed} trial(s) FAIL", f"{self.n_interrupted} interrupted"]
         if failures:
             parts.append(f"{len(failures)} cell(s) stopped: " + "; ".join(failures))
+        if self.not_started:
+            parts.append(f"{len(self.not_started)} cell(s) not started, a stop came first: "
+                         + ", ".join(self.not_started))
         advice = ("interrupted trials are checkpointed and a rerun of the grid continues them"
-                  if self.n_interrupted or failures else "")
+                  if self.n_interrupted or failures or self.not_started else "")
         super().__init__("the grid did not complete: " + ", ".join(parts)
                          + (f" ({advice})" if advice else ""))
 
     @property
     def exit_code(self) -> int:
         """1 when trials failed or a cell stopped; 75 (EX_TEMPFAIL: run it again) when trials
-        were only interrupted."""
+        were only interrupted (or cells not started: a stop came first)."""
         return 1 if self.n_failed or self.failures else 75
 
 

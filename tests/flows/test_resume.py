@@ -69,6 +69,44 @@ def test_interrupted_grid_resumes_to_the_clean_result(tmp_path, scheduler, clean
     assert set(runs_per_trial(run_dir, "g").values()) == {1}
 
 
+def test_a_stop_starts_no_more_cells_then_a_rerun_equals_the_clean_run(tmp_path, scheduler,
+                                                                       clean, monkeypatch):
+    """A stop asked while the first cell trains (one cell at a time; a spy on the cell's log
+    of its first finished trial asks it): that cell checkpoints and ends interrupted, and no
+    other cell starts. Their studies and MLflow runs are not created: each used to open, ask a
+    trial 0 that trained nothing and leave it RUNNING (a search cell), or open an empty
+    validation study. The grid ends interrupted (exit status 75) and names the cells not
+    started; a rerun runs them and ends equal to the clean run."""
+    import tasks.cell
+
+    real_log = tasks.cell._log
+
+    def log_then_stop(result, cell_key):
+        real_log(result, cell_key)
+        interrupt.request("test: a stop while the first cell trains")
+
+    monkeypatch.setattr(tasks.cell, "_log", log_then_stop)
+    run_dir = str(tmp_path / "o")
+    with pytest.raises(GridIncomplete, match="3 cell.s. not started") as stopped:
+        tune(grid_name="g", run_dir=run_dir, cluster=scheduler, max_concurrent_cells=1, **GRID)
+    monkeypatch.setattr(tasks.cell, "_log", real_log)
+    interrupt.clear()
+    assert stopped.value.exit_code == 75 and not stopped.value.failures
+    assert stopped.value.not_started == ["n2/padadamp/mlp", "n2/geodamp/mlp/validation",
+                                         "n2/padadamp/mlp/validation"], stopped.value.not_started
+    before = trials_of(run_dir, "g")
+    assert list(before) == ["n2/geodamp/mlp"], before  # no other study was opened
+    assert [s for _, s, *_ in before["n2/geodamp/mlp"]][-1] == "RUNNING", before
+    assert {cell for cell, _ in runs_per_trial(run_dir, "g")} == {"n2/geodamp/mlp"}
+    client = MlflowClient(f"sqlite:///{run_dir}/mlflow.db")
+    exp = client.get_experiment_by_name("damptune-g")
+    cell_runs = client.search_runs([exp.experiment_id], "tags.`damptune.kind` = 'cell'")
+    assert [r.data.tags["damptune.cell"] for r in cell_runs] == ["n2/geodamp/mlp"]
+    tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
+    assert trials_of(run_dir, "g") == clean
+    assert set(runs_per_trial(run_dir, "g").values()) == {1}
+
+
 def test_cluster_lifetime_reached_stops_interrupted_then_a_rerun_equals_the_clean_run(
         tmp_path, scheduler, clean):
     """``max_cluster_lifetime`` that the cluster has already outlived (the session's scheduler
