@@ -4,7 +4,9 @@ Starts `damptune tune` (the default grid, its own temporary Prefect server, a ru
 of its own) in a session of its own with SIGINT and SIGTERM at their defaults, as a terminal
 starts it; after ``--after`` seconds sends the signal to its whole process group (what
 Ctrl-C, ``timeout``, a batch scheduler or ``kill -- -PGID`` do: the Dask workers get it too)
-or to its PID only (``--scope pid``: what a container runtime sends); then prints the exit
+or to its PID only (``--scope pid``: what a container runtime sends), or to every process
+of the run, its temporary Prefect server's session too (``--scope every``: systemd stopping a
+unit, a machine's shutdown); then prints the exit
 status, the seconds from the signal to the exit, and the processes left behind (in its group,
 and its temporary Prefect server). Exit status 75 is the interrupted run (a rerun continues).
 
@@ -34,19 +36,33 @@ def _defaults() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _servers(pid: int) -> list[int]:
+    """The temporary Prefect servers of the run ``pid`` (their PIDs)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "flows.prefect_server" in cmd and str(pid) in cmd:
+            found.append(proc.pid)
+    return found
+
+
 def _left(pid: int) -> tuple[int, int]:
     """(processes left in the run's group, temporary Prefect servers left of the run)."""
-    group = servers = 0
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            cmd = proc.info["cmdline"] or []
-            if os.getpgid(proc.pid) == pid:
-                group += 1
-            if "flows.prefect_server" in cmd and str(pid) in cmd:
-                servers += 1
-        except (psutil.Error, ProcessLookupError):
-            continue
-    return group, servers
+    group = 0
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            group += os.getpgid(proc.pid) == pid
+    return group, len(_servers(pid))
+
+
+def _send(pid: int, sig: int, scope: str) -> None:
+    if scope == "pid":
+        os.kill(pid, sig)
+        return
+    os.killpg(pid, sig)
+    for server in _servers(pid) if scope == "every" else []:  # its own session
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server, sig)
 
 
 def one_stop(name: str, *, scope: str, after: float, wait: float) -> dict:
@@ -59,7 +75,7 @@ def one_stop(name: str, *, scope: str, after: float, wait: float) -> dict:
     time.sleep(after)
     sig = getattr(signal, "SIG" + name)
     t0 = time.monotonic()
-    (os.killpg if scope == "group" else os.kill)(proc.pid, sig)
+    _send(proc.pid, sig, scope)
     try:
         status: int | None = proc.wait(wait)
     except subprocess.TimeoutExpired:
@@ -79,7 +95,7 @@ def one_stop(name: str, *, scope: str, after: float, wait: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--signals", default="TERM,INT", help="comma-separated: TERM, INT")
-    ap.add_argument("--scope", choices=["group", "pid"], default="group")
+    ap.add_argument("--scope", choices=["group", "pid", "every"], default="group")
     ap.add_argument("--after", type=float, default=90.0, help="seconds before the signal")
     ap.add_argument("--wait", type=float, default=420.0, help="seconds to wait for the exit")
     ap.add_argument("--repeats", type=int, default=1)
@@ -89,7 +105,8 @@ def main() -> None:
                 for _ in range(args.repeats)]
         for r in runs:
             status = "still running" if r["status"] is None else f"exit {r['status']}"
-            print(f"SIG{name} to the {r['scope']}: {status} after {r['seconds']:.1f} s; "
+            target = "every process" if r["scope"] == "every" else f"the {r['scope']}"
+            print(f"SIG{name} to {target}: {status} after {r['seconds']:.1f} s; "
                   f"left: {r['left_in_group']} in its group, {r['servers_left']} "
                   "temporary Prefect server(s)", flush=True)
         secs = [r["seconds"] for r in runs]

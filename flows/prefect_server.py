@@ -5,7 +5,11 @@ to that group (Ctrl-C in a terminal, ``timeout``, ``kill -- -PGID``) stopped the
 the run: the run's trials checkpointed, but its last API calls (the summary's artifact, the
 flow run's final state) then waited through the client's retries, about a minute each. This
 one runs in a session of its own, bound to 127.0.0.1, exits when the run's process is gone
-(``main`` watches its parent), and the run stops it by PID when it ends.
+(``main`` watches its parent), and the run stops it by PID when it ends (SIGINT).
+
+Where every process gets the SIGTERM on its own (systemd stopping a unit, a machine's
+shutdown, SLURM's signal to the job's steps), the server would stop before the run's last
+calls: it takes a SIGTERM only once the run is gone, and says so in its log meanwhile.
 
 ``python -m flows.prefect_server PARENT_PID PORT`` is the server's own process.
 """
@@ -24,6 +28,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["temporary_prefect_server"]
 
@@ -116,9 +121,10 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log_path: str) -> Non
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the server's session (uvicorn shuts down), SIGKILL after the timeout."""
+    """SIGINT to the server's session (uvicorn shuts down; a SIGTERM waits for the run to be
+    gone: :class:`_RunServer`), SIGKILL after the timeout."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGINT)
     try:
         proc.wait(STOP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -137,10 +143,23 @@ def _watch_parent(parent: int) -> None:
 def main(argv: list[str]) -> None:
     import uvicorn
 
+    class _RunServer(uvicorn.Server):
+        """Shuts down on SIGINT (the run's stop), and on SIGTERM only once the run is gone:
+        the run, signalled with it, still makes its last calls."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if sig == signal.SIGTERM and os.getppid() == parent:
+                print(f"SIGTERM: the run (pid {parent}) still needs this server; it stops "
+                      "when the run stops it or is gone", file=sys.stderr, flush=True)
+                return
+            super().handle_exit(sig, frame)
+
     parent, port = int(argv[0]), int(argv[1])
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    uvicorn.run("prefect.server.api.server:create_app", factory=True, host="127.0.0.1",
-                port=port, log_level="error", lifespan="on")
+    config = uvicorn.Config("prefect.server.api.server:create_app", factory=True,
+                            host="127.0.0.1", port=port, log_level="error", lifespan="on")
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the SIGINT again at its end
+        _RunServer(config).run()
 
 
 if __name__ == "__main__":

@@ -27,6 +27,23 @@ with temporary_prefect_server(sys.argv[1]) as url:
 """
 
 
+LAST_CALL = """
+import signal, sys, time
+from flows.prefect_server import temporary_prefect_server
+from prefect.client.orchestration import get_client
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(time.monotonic()))
+with temporary_prefect_server(sys.argv[1]) as url:
+    print(url, flush=True)
+    while not stop:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the server has had its own SIGTERM
+    with get_client(sync_client=True) as client:
+        client.hello().raise_for_status()  # the run's last call, after the stop
+    print(f"answered {time.monotonic() - stop[0]:.1f} s after the SIGTERM", flush=True)
+"""
+
+
 def _server_of(run_pid):
     """The temporary server process started by the run ``run_pid``."""
     for proc in psutil.process_iter(["cmdline"]):
@@ -56,6 +73,33 @@ def test_the_runs_prefect_server_has_its_own_session_and_dies_with_the_run(tmp_p
             time.sleep(0.5)
         assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE, \
             "the temporary Prefect server outlived its run"
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        leftover = _server_of(run.pid)
+        if leftover is not None:
+            leftover.kill()
+
+
+def test_a_sigterm_to_every_process_leaves_the_server_to_the_runs_last_calls(tmp_path):
+    """systemd stopping a unit, a machine's shutdown, SLURM: every process gets the SIGTERM on
+    its own, the server too. The run still makes its last calls (its flow run's final state,
+    the summary) and they are answered; then the run stops the server. Before, the server
+    stopped at its SIGTERM, and the run's call after it failed (this test: exit status 1)."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    run = subprocess.Popen([sys.executable, "-c", LAST_CALL, str(tmp_path / "server.log")],
+                           env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        url = run.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), (url, run.poll())
+        server = _server_of(run.pid)
+        assert server is not None
+        server.send_signal(signal.SIGTERM)  # each process on its own, the server first
+        run.send_signal(signal.SIGTERM)
+        out, _ = run.communicate(timeout=120)
+        assert run.returncode == 0 and out.startswith("answered"), (run.returncode, out)
+        server.wait(30)  # the run stopped it
+        assert "still needs this server" in (tmp_path / "server.log").read_text()
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
