@@ -2,6 +2,7 @@
 session of its own (a signal to the run's process group does not stop it under the run), and
 never left behind by a run that died without stopping it."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,15 +54,29 @@ def _server_of(run_pid):
     return None
 
 
-def test_the_runs_prefect_server_has_its_own_session_and_dies_with_the_run(tmp_path):
+@contextlib.contextmanager
+def _run(script, log_path):
+    """``script`` run in a session of its own, as ``damptune tune`` is, on its temporary
+    server: yields (the run, the server's URL, the server's process); kills what is left."""
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    run = subprocess.Popen([sys.executable, "-c", RUN, str(tmp_path / "server.log")], env=env,
+    run = subprocess.Popen([sys.executable, "-c", script, str(log_path)], env=env,
                            stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         url = run.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), (url, run.poll())
         server = _server_of(run.pid)
         assert server is not None
+        yield run, url, server
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        leftover = _server_of(run.pid)
+        if leftover is not None:
+            leftover.kill()
+
+
+def test_the_runs_prefect_server_has_its_own_session_and_dies_with_the_run(tmp_path):
+    with _run(RUN, tmp_path / "server.log") as (run, url, server):
         assert os.getpgid(server.pid) != os.getpgid(run.pid)  # a Ctrl-C of the run's group
         with urllib.request.urlopen(f"{url}/health", timeout=10) as answer:  # misses it
             assert answer.status == 200
@@ -73,12 +88,6 @@ def test_the_runs_prefect_server_has_its_own_session_and_dies_with_the_run(tmp_p
             time.sleep(0.5)
         assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE, \
             "the temporary Prefect server outlived its run"
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-        leftover = _server_of(run.pid)
-        if leftover is not None:
-            leftover.kill()
 
 
 def test_a_sigterm_to_every_process_leaves_the_server_to_the_runs_last_calls(tmp_path):
@@ -86,23 +95,10 @@ def test_a_sigterm_to_every_process_leaves_the_server_to_the_runs_last_calls(tmp
     its own, the server too. The run still makes its last calls (its flow run's final state,
     the summary) and they are answered; then the run stops the server. Before, the server
     stopped at its SIGTERM, and the run's call after it failed (this test: exit status 1)."""
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    run = subprocess.Popen([sys.executable, "-c", LAST_CALL, str(tmp_path / "server.log")],
-                           env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        url = run.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), (url, run.poll())
-        server = _server_of(run.pid)
-        assert server is not None
+    with _run(LAST_CALL, tmp_path / "server.log") as (run, _, server):
         server.send_signal(signal.SIGTERM)  # each process on its own, the server first
         run.send_signal(signal.SIGTERM)
         out, _ = run.communicate(timeout=120)
         assert run.returncode == 0 and out.startswith("answered"), (run.returncode, out)
         server.wait(30)  # the run stopped it
         assert "still needs this server" in (tmp_path / "server.log").read_text()
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-        leftover = _server_of(run.pid)
-        if leftover is not None:
-            leftover.kill()
