@@ -36,6 +36,7 @@ __all__ = ["grid_rows", "write_summary", "COLUMNS", "read_meta", "write_meta", "
 COLUMNS = ("network", "algorithm", "model", "best_value", "reached", "best_params",
            "n_complete", "n_pruned", "n_failed", "n_interrupted", "study")
 META = "grid.json"
+NAMED_CELLS = 6  # cells a GridIncomplete names of those not started (the rest: a count)
 
 
 class GridIncomplete(RuntimeError):
@@ -57,10 +58,15 @@ class GridIncomplete(RuntimeError):
         if failures:
             parts.append(f"{len(failures)} cell(s) stopped: " + "; ".join(failures))
         if self.not_started:
+            named = ", ".join(self.not_started[:NAMED_CELLS]) + (
+                f" and {len(self.not_started) - NAMED_CELLS} more"
+                if len(self.not_started) > NAMED_CELLS else "")
             parts.append(f"{len(self.not_started)} cell(s) not started, a stop came first: "
-                         + ", ".join(self.not_started))
+                         + named)
         advice = ("interrupted trials are checkpointed and a rerun of the grid continues them"
-                  if self.n_interrupted or failures or self.not_started else "")
+                  if self.n_interrupted or failures
+                  else "a rerun of the grid runs the cells not started" if self.not_started
+                  else "")
         super().__init__("the grid did not complete: " + ", ".join(parts)
                          + (f" ({advice})" if advice else ""))
 
