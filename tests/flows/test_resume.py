@@ -143,6 +143,25 @@ def test_cluster_lifetime_reached_stops_interrupted_then_a_rerun_equals_the_clea
     assert all(w["attempts"] <= 2 and w["lost_updates"] == 0 for w in work.values()), work
 
 
+def _trial_0_leased_by(run_dir, owner, *, ttl):
+    """Trial 0 of the fault tests' n2/geodamp/mlp study, asked as the clean run asks it, with
+    its lease held by the run ``owner`` for ``ttl`` s (a run that died, or one that trains
+    it): (the study, the trial, (the leases, the trial's lease key))."""
+    from tasks.search import distributions
+
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    os.makedirs(run_dir)
+    settings = GridSettings(grid_name="g", storage=storage, epochs=3, trials=3,
+                            target_accuracy=0.45)
+    cell = Cell(2, "geodamp", "mlp")
+    study = open_study(settings, cell, n_train=4000)
+    study.sampler = sampler_for(settings, 0, study.study_name)
+    trial = study.ask(distributions(settings, cell))
+    key, leases = f"{study.study_name}#{trial.number}", Leases(storage, ttl=ttl)
+    assert leases.acquire(key, owner)
+    return study, trial, (leases, key)
+
+
 @pytest.mark.parametrize("lease_left", [0.01, 30.0], ids=["expired", "unexpired"])
 def test_stale_running_trial_is_taken_over_under_its_number(tmp_path, scheduler, clean,
                                                             lease_left, monkeypatch):
@@ -159,17 +178,7 @@ def test_stale_running_trial_is_taken_over_under_its_number(tmp_path, scheduler,
     monkeypatch.setattr(tasks.driver.StudyDriver, "held_elsewhere",
                         lambda self: held.append(real_held(self)) or held[-1])
     run_dir = str(tmp_path / "s")
-    storage = f"sqlite:///{run_dir}/optuna.db"
-    os.makedirs(run_dir)
-    settings = GridSettings(grid_name="g", storage=storage, epochs=3, trials=3,
-                            target_accuracy=0.45)
-    cell = Cell(2, "geodamp", "mlp")
-    study = open_study(settings, cell, n_train=4000)
-    from tasks.search import distributions
-
-    study.sampler = sampler_for(settings, 0, study.study_name)
-    dead = study.ask(distributions(settings, cell))  # asked by a run that then died
-    Leases(storage, ttl=lease_left).acquire(f"{study.study_name}#{dead.number}", "dead-run")
+    _trial_0_leased_by(run_dir, "dead-run", ttl=lease_left)  # asked by a run that then died
     time.sleep(0.05)
     tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
     assert trials_of(run_dir, "g") == clean
@@ -189,18 +198,7 @@ def test_a_trial_another_run_finishes_while_this_one_waits_does_not_end_the_cell
     import tasks.driver
 
     run_dir = tmp_path / "w"
-    storage = f"sqlite:///{run_dir}/optuna.db"
-    os.makedirs(run_dir)
-    settings = GridSettings(grid_name="g", storage=storage, epochs=3, trials=3,
-                            target_accuracy=0.45)
-    cell = Cell(2, "geodamp", "mlp")
-    study = open_study(settings, cell, n_train=4000)
-    from tasks.search import distributions
-
-    study.sampler = sampler_for(settings, 0, study.study_name)
-    other = study.ask(distributions(settings, cell))  # the other run's trial, trained there
-    key, others = f"{study.study_name}#{other.number}", Leases(storage, ttl=60)
-    assert others.acquire(key, "other-run")
+    study, other, (others, key) = _trial_0_leased_by(run_dir, "other-run", ttl=60)
     real_next, told = tasks.driver.StudyDriver.next_batch, []
 
     def next_batch(self):
