@@ -173,8 +173,7 @@ def report(runs: dict[int, Answer]) -> None:
             for r in runs[s][pair]) for s in (a, b)) + " |")
     both_ways = _both_ways(runs, pairs)
     contradictions = sum(len(v) for v in both_ways.values())
-    agree = sum(runs[a][p][0]["algorithm"] in _tied(runs[b][p])
-                and runs[b][p][0]["algorithm"] in _tied(runs[a][p]) for p in pairs)
+    agree = sum(_agrees(runs, p) for p in pairs)
     widths = [w for s in (a, b) for p in pairs for r in runs[s][p]
               if (w := _relative_half_width(r)) is not None]
     width = statistics.median(widths) if widths else float("nan")
@@ -193,25 +192,27 @@ def report(runs: dict[int, Answer]) -> None:
     print(f"resolution: median 95 % CI half-width of the speedup over {BASELINE}: "
           f"{width:.1%} ({len(widths)} intervals); goal <= 10 %: "
           f"{'met' if width <= 0.10 else 'not met'}")
-    _by_model(runs, pairs)
+    _by_model(runs, pairs, both_ways)
     _speedups(runs, pairs)
 
 
-def _by_model(runs: dict[int, Answer], pairs: list[tuple[int, str]]) -> None:
-    """The contradictions and the best-in-the-other's-tied-best count per model: whether a
-    change to one model's setting moved that model's figures or the other's draws."""
-    a, b = sorted(runs)[:2]
-    both_ways = _both_ways(runs, pairs)
+def _by_model(runs: dict[int, Answer], pairs: list[tuple[int, str]],
+              both_ways: dict[tuple[int, str], list[tuple[str, str]]]) -> None:
+    """The contradictions (``both_ways``, :func:`report`'s) and the best-in-the-other's-
+    tied-best count per model: whether a change to one model's setting moved that model's
+    figures or the other's draws."""
     for model in sorted({p[1] for p in pairs}):
         mine = [p for p in pairs if p[1] == model]
-        agree = sum(runs[a][p][0]["algorithm"] in _tied(runs[b][p])
-                    and runs[b][p][0]["algorithm"] in _tied(runs[a][p]) for p in mine)
         print(f"  {model}: {sum(len(both_ways[p]) for p in mine)} contradictions; best in the "
-              f"other's tied-best set in {agree} of {len(mine)} pairs")
+              f"other's tied-best set in {sum(_agrees(runs, p) for p in mine)} of {len(mine)} "
+              "pairs")
 
 
-def _tied(rows: list[dict[str, Any]]) -> set[str]:
-    return {r["algorithm"] for r in rows if r["tied_best"]}
+def _agrees(runs: dict[int, Answer], pair: tuple[int, str]) -> bool:
+    """Whether each run's best algorithm of ``pair`` is in the other run's tied-best set."""
+    a, b = sorted(runs)[:2]
+    tied = {s: {r["algorithm"] for r in runs[s][pair] if r["tied_best"]} for s in (a, b)}
+    return runs[a][pair][0]["algorithm"] in tied[b] and runs[b][pair][0]["algorithm"] in tied[a]
 
 
 def _family_wise_contradictions(runs: dict[int, Answer], pairs: list[tuple[int, str]]) -> None:

@@ -168,11 +168,16 @@ def trial_run_config(settings: Any, name: str, ds: Any, calibration: dict[str, A
     config = trial_config(settings, Cell(NETWORK, algorithm, model, stage="validation"),
                           dict(params), ds, bound=None)
     config = with_calibration(config, calibration)
-    if not to_budget:
-        return config
+    return past_the_target(config) if to_budget else config
+
+
+def past_the_target(config: Any, below: float = 0.0) -> Any:
+    """``config`` trained on past its target to the end of its budget: the stop moves to
+    accuracy 1.0, every evaluation is recorded (``eval_checks`` off), and the evaluation grid
+    stays dense from ``below`` under the target's own dense margin on."""
     target = float(config.target_accuracy)
     return dataclasses.replace(config, target_accuracy=1.0, eval_checks=False,
-                               eval_dense_margin=1.0 - target + config.eval_dense_margin)
+                               eval_dense_margin=1.0 - target + below + config.eval_dense_margin)
 
 
 def calibration_for(model: str, ds: Any, data: Any) -> dict[str, Any]:

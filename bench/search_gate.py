@@ -26,7 +26,6 @@ to 15 epochs takes about 4 s on this machine).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -65,6 +64,8 @@ def held_out_config(args: argparse.Namespace, params: dict[str, float], seed: in
     """A held-out trial's engine configuration, trained past its target to the end of its
     budget (every evaluation kept, dense from the target less the margin on); its target and
     the search's epoch budget."""
+    from objective_noise import past_the_target
+
     from damptune.trainer import with_calibration
     from tasks.grid import DEFAULT_EPOCHS, Cell, GridSettings
     from tasks.trial import trial_config
@@ -77,10 +78,7 @@ def held_out_config(args: argparse.Namespace, params: dict[str, float], seed: in
     config = with_calibration(trial_config(settings, cell, dict(params), ds), calibration)
     target = config.target_accuracy
     assert target is not None  # a trial always stops at its model's target
-    margin = settings.search_margin + config.eval_dense_margin
-    return (dataclasses.replace(config, target_accuracy=1.0, eval_checks=False,
-                                eval_dense_margin=1.0 - target + margin),
-            target, search_epochs)
+    return past_the_target(config, below=settings.search_margin), target, search_epochs
 
 
 def gates(history: History, *, target: float, margin: float,
@@ -101,7 +99,7 @@ def _cell(value: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    from objective_noise import CONFIGS, calibration_for
+    from objective_noise import calibration_for
 
     from damptune import TrainData, train
     from models import load_dataset
@@ -111,7 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # as a rank trains
     ds = load_dataset("mnist1d", seed=0)
     data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
-    assert f"{args.model}/geodamplr" in CONFIGS
     calibration = calibration_for(args.model, ds, data)
     margin = GridSettings().search_margin
     passed = []
