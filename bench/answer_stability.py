@@ -320,7 +320,8 @@ def misses(run_dir: str) -> None:
 
     from tasks.search import TARGET_CONSTRAINT
 
-    storage, short = f"sqlite:///{run_dir}/optuna.db", {}
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    short: dict[str, list[float]] = {}
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         _, _, _, model, *stage = summary.study_name.split("/")
         if stage:

@@ -19,8 +19,8 @@ missed by a search according to its one seed: two grids of different seeds then 
 different configurations (issue 24's contradictions).
 
 Run: ``nice -n 10 python bench/search_gate.py [--model cnn] [--algorithm padadamp]
-[--params "rate=0.083;rate=0.16"] [--network 4] [--seeds 0,1,2,3,4,5,6,7]`` (a CNN training
-to 15 epochs takes about 4 s on this machine).
+[--params "rate=0.083;rate=0.16"] [--network 4] [--seeds 0,1,2,3,4,5,6,7] [--search-epochs 15]``
+(a CNN training to 15 epochs takes about 4 s on this machine).
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="configurations, ';'-separated, each NAME=VALUE[,NAME=VALUE]")
     parser.add_argument("--network", type=int, default=4, help="the cell's network size")
     parser.add_argument("--seeds", default="0,1,2,3,4,5,6,7", help="training seeds")
+    parser.add_argument("--search-epochs", type=float, default=None,
+                        help="the search's epoch budget (default: the grid's for the model)")
     args = parser.parse_args(argv)
     if args.model not in ("mlp", "cnn"):
         parser.error(f"--model: {args.model!r}; accepted: mlp, cnn")
@@ -56,6 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      "NAME=VALUE[,NAME=VALUE][;...] and integers, comma-separated")
     if args.network < 1 or not args.configs:
         parser.error("--network: an integer >= 1; --params: at least one configuration")
+    if args.search_epochs is not None and not args.search_epochs > 0:
+        parser.error(f"--search-epochs: {args.search_epochs:g}; accepted: a number of epochs > 0")
     return args
 
 
@@ -71,7 +75,7 @@ def held_out_config(args: argparse.Namespace, params: dict[str, float], seed: in
     from tasks.trial import trial_config
     from tasks.validation import HELD_OUT_EPOCHS
 
-    search_epochs = DEFAULT_EPOCHS[args.model]
+    search_epochs = args.search_epochs or DEFAULT_EPOCHS[args.model]
     settings = GridSettings(seed=seed, data_seed=0, mode="local",
                             epochs={args.model: search_epochs * HELD_OUT_EPOCHS})
     cell = Cell(args.network, args.algorithm, args.model, stage="validation")
