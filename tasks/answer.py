@@ -14,6 +14,7 @@ from typing import Any
 from damptune import TrainConfig
 from damptune.netmodel import PROFILES, Network, time_to_target
 from tasks.stats import RESOLVE_CAP
+from tasks.validation import MATCHED_SUFFIX
 
 __all__ = ["BASELINE", "RANK_COLUMNS", "answer_markdown", "progress_to_target", "eval_curve",
            "rank_cells", "replay_on_profiles", "ranking_markdown", "profiles_markdown",
@@ -181,8 +182,9 @@ def answer_markdown(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         if (row["network"], row["model"]) != pair:
             pair = (row["network"], row["model"])
-            parts += [f"\n### {row['model']} on {row['network']} ranks\n", _verdict(
-                [r for r in rows if (r["network"], r["model"]) == pair]) + "\n",
+            in_pair = [r for r in rows if (r["network"], r["model"]) == pair]
+            parts += [f"\n### {row['model']} on {row['network']} ranks\n",
+                      _verdict(in_pair) + _unchanged(in_pair) + "\n",
                 "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
         ci = "" if row["ci"] is None else f" ± {row['ci']:.3g}"
         parts.append("| " + " | ".join((
@@ -204,6 +206,25 @@ def _replaced(row: dict[str, Any]) -> str:
 def _mean_of(replaced: dict[str, Any]) -> str:
     mean = replaced.get("mean")
     return "" if mean is None else f", mean {mean:.4g} s"
+
+
+def _unchanged(rows: list[dict[str, Any]]) -> str:
+    """A sentence per algorithm whose answer stopped at the target before its schedule changed
+    the batch size or learning rate, on most of its held-out seeds: there it was plain SGD. For
+    the baseline that qualifies every speedup of the pair. (A matched row shares the
+    baseline's schedule: its sentence would repeat the baseline's.)"""
+    notes = []
+    for r in rows:
+        n, same = r["n_seeds"], r.get("unchanged_seeds")
+        if same is None or 2 * same <= n or r["algorithm"].endswith(MATCHED_SUFFIX):
+            continue
+        notes.append(f" {r['algorithm']}'s configuration ({_cell(r['params'])}) reached the "
+                     f"target before its schedule changed the batch size or learning rate on "
+                     f"{same} of {n} held-out seeds: there it trained as plain SGD.")
+        if r["algorithm"] == BASELINE:
+            notes.append(" The speedups of this pair are over that: the baseline's search "
+                         "found no decay that acts before the target.")
+    return "".join(notes)
 
 
 def _verdict(rows: list[dict[str, Any]]) -> str:

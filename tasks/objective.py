@@ -20,7 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["objective", "value_so_far"]
+__all__ = ["objective", "value_so_far", "first_change_epoch", "SCHEDULE_ATTR"]
+
+# Optuna user attribute of a COMPLETE trial: the epoch its schedule first changed the batch size
+# or the learning rate (None: it trained at its first update's until it stopped)
+SCHEDULE_ATTR = "schedule_changed_epoch"
 
 
 def value_so_far(time_sim: float, *, best_accuracy: float, target: float) -> float:
@@ -30,6 +34,18 @@ def value_so_far(time_sim: float, *, best_accuracy: float, target: float) -> flo
     if best_accuracy >= target:
         return float(time_sim)
     return float(time_sim) * (1 + (target - best_accuracy) / target)
+
+
+def first_change_epoch(history: list[dict[str, Any]]) -> float | None:
+    """The epoch of the first update whose batch size or learning rate differs from the first
+    update's; None when none did. A trial that stopped at its target with None reached it
+    before its schedule acted: it trained as plain SGD at its first batch size and rate."""
+    updates = (r for r in history if r["kind"] == "update")
+    first = next(updates, None)
+    if first is None:
+        return None
+    return next((float(r["epoch"]) for r in updates
+                 if r["batch_size"] != first["batch_size"] or r["lr"] != first["lr"]), None)
 
 
 def objective(history: list[dict[str, Any]], *, target: float) -> tuple[float, bool, float]:

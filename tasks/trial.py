@@ -32,7 +32,7 @@ from tasks.driver import trial_handle
 from tasks.faults import is_infrastructure_fault
 from tasks.grid import Cell, GridSettings, checkpoint_path
 from tasks.leases import Heartbeat
-from tasks.objective import objective
+from tasks.objective import SCHEDULE_ATTR, first_change_epoch, objective
 from tasks.registry import dataset_input
 from tasks.results import TrialResult, TrialState
 from tasks.reuse import REUSED_ATTR, TRAINING_ATTR, Source, find_source, training_record
@@ -206,7 +206,7 @@ def _reuse(grid: GridSettings, c: Cell, source: Source, study: optuna.Study, *, 
                          reason=f"reused {source.key}",
                          user_attrs={TRAINING_ATTR: {**record, "run_id": logger.run_id,
                                                      "checkpoint": checkpoint},
-                                     REUSED_ATTR: source.key})
+                                     REUSED_ATTR: source.key, **_schedule_of(source.trial)})
     logger.finish_reused(result, source_run=record["run_id"])
     return result
 
@@ -272,6 +272,22 @@ def _train(grid: GridSettings, c: Cell, ds: Dataset, setup: _Setup, *, number: i
                     pruned=pruner.pruned, work=worklog.totals(), training=training)
 
 
+def _complete_attrs(state: TrainState, training: dict[str, Any] | None) -> dict[str, Any]:
+    """A COMPLETE trial's user attributes: what reuses it (when it may be reused) and when its
+    schedule first changed the batch size or learning rate (:func:`first_change_epoch`)."""
+    attrs: dict[str, Any] = {SCHEDULE_ATTR: first_change_epoch(state.history)}
+    if training:
+        attrs[TRAINING_ATTR] = training
+    return attrs
+
+
+def _schedule_of(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """The schedule attribute of a reused trial's source (its training is the same), if it
+    has one (a grid from before it was recorded has not)."""
+    return {SCHEDULE_ATTR: trial.user_attrs[SCHEDULE_ATTR]} if SCHEDULE_ATTR in trial.user_attrs \
+        else {}
+
+
 def _outcome(state: TrainState, *, number: int, params: dict[str, Any],
              logger: MlflowTrialLogger, target: float, pruned: bool,
              work: dict[str, Any], training: dict[str, Any] | None) -> TrialResult:
@@ -292,6 +308,6 @@ def _outcome(state: TrainState, *, number: int, params: dict[str, Any],
                          best_accuracy=best, examples_seen=state.examples_seen,
                          shortfall=0.0 if reached else target - best,
                          reason=state.stopped or "",
-                         user_attrs={TRAINING_ATTR: training} if complete and training else {})
+                         user_attrs=_complete_attrs(state, training) if complete else {})
     logger.finish(result, state, work)
     return result

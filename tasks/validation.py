@@ -49,6 +49,7 @@ import optuna
 
 from tasks.grid import Cell, GridSettings
 from tasks.leases import Leases
+from tasks.objective import SCHEDULE_ATTR
 from tasks.search import (
     NEAR_MISS,
     best_trial,
@@ -336,9 +337,18 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
             "params": dict(done[0].params) if done else {},
             "validates": str(done[0].user_attrs.get(VALIDATES, "")) if done else "",
             "n_seeds": len(seeds), "replaced": replaced, "retrained": len(groups),
+            "unchanged_seeds": _unchanged_seeds(done),
         })
     rows.sort(key=lambda r: (r["network"], r["model"], r["algorithm"]))
     return rows
+
+
+def _unchanged_seeds(done: list[optuna.trial.FrozenTrial]) -> int | None:
+    """On how many of its held-out seeds the answering configuration stopped before its
+    schedule changed the batch size or learning rate (it trained as plain SGD there); None
+    when a trial does not say (a grid from before it was recorded)."""
+    known = [t.user_attrs[SCHEDULE_ATTR] for t in done if SCHEDULE_ATTR in t.user_attrs]
+    return sum(epoch is None for epoch in known) if done and len(known) == len(done) else None
 
 
 def _answer_trials(groups: list[list[optuna.trial.FrozenTrial]]
