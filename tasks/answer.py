@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from damptune import TrainConfig
+from damptune.dampers import DAMPERS
 from damptune.netmodel import PROFILES, Network, time_to_target
 from tasks.stats import RESOLVE_CAP
 from tasks.validation import MATCHED_SUFFIX
@@ -212,11 +213,13 @@ def _unchanged(rows: list[dict[str, Any]]) -> str:
     """A sentence per algorithm whose answer stopped at the target before its schedule changed
     the batch size or learning rate, on most of its held-out seeds: there it was plain SGD. For
     the baseline that qualifies every speedup of the pair. (A matched row shares the
-    baseline's schedule: its sentence would repeat the baseline's.)"""
+    baseline's schedule: its sentence would repeat the baseline's; a damper with nothing to
+    search, ``sgd``, has no schedule.)"""
     notes = []
     for r in rows:
         n, same = r["n_seeds"], r.get("unchanged_seeds")
-        if same is None or 2 * same <= n or r["algorithm"].endswith(MATCHED_SUFFIX):
+        if (same is None or 2 * same <= n or r["algorithm"].endswith(MATCHED_SUFFIX)
+                or _without_schedule(r["algorithm"])):
             continue
         notes.append(f" {r['algorithm']}'s configuration ({_cell(r['params'])}) reached the "
                      f"target before its schedule changed the batch size or learning rate on "
@@ -225,6 +228,11 @@ def _unchanged(rows: list[dict[str, Any]]) -> str:
             notes.append(" The speedups of this pair are over that: the baseline's search "
                          "found no decay that acts before the target.")
     return "".join(notes)
+
+
+def _without_schedule(algorithm: str) -> bool:
+    damper = DAMPERS.get(algorithm)
+    return damper is not None and not damper.search_space
 
 
 def _verdict(rows: list[dict[str, Any]]) -> str:

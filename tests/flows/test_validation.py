@@ -189,11 +189,17 @@ def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp
     with open(f"{run_dir}/report/answer.json") as f:
         (row,) = json.load(f)
     assert row["params"] == {"lr": 0.2} and row["reliable"] and row["n_seeds"] == 3
+    # sgd never changes its batch size or rate: every held-out training says so, and the
+    # answer counts every seed (and, sgd having no schedule, does not say it in words)
+    assert [t.user_attrs["schedule_changed_epoch"] for t in done] == [None] * 6
+    assert row["unchanged_seeds"] == 3
     (replaced,) = row["replaced"]
     assert {k: replaced[k] for k in ("validates", "n_seeds", "reached_seeds")} == {
         "validates": "n2/sgd/mlp#0", "n_seeds": 3, "reached_seeds": 0}
     with open(f"{run_dir}/report/report.md") as f:
-        assert "replaces n2/sgd/mlp#0: the target on 0 of 3 seeds" in f.read()
+        text = f.read()
+    assert "replaces n2/sgd/mlp#0: the target on 0 of 3 seeds" in text
+    assert "plain SGD" not in text
     # the headline figure draws the runner-up's held-out mean as a square, not a circle
     storage = f"sqlite:///{run_dir}/optuna.db"
     report = build_report(grid_rows(storage, grid_name="r"), run_dir=run_dir, storage=storage,

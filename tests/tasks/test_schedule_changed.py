@@ -73,6 +73,8 @@ def test_the_answer_says_when_the_baseline_trained_as_plain_sgd():
             "schedule changed the batch size or learning rate on 5 of 6 held-out seeds") in text
     assert "the baseline's search found no decay" in text
     assert "geodamp-matched's" not in text and "padadamp's" not in text
+    rows.append(_row("sgd", {s: 1.4 for s in seeds}, 6, {"lr": 0.05}))  # it has no schedule
+    assert "sgd's" not in answer_markdown(answer_rows(rows, baseline="geodamplr"))
     # on half the seeds or fewer, or unknown (a grid from before it was recorded): no sentence
     for unchanged in (3, None):
         rows[0]["unchanged_seeds"] = unchanged
