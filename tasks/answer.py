@@ -210,8 +210,9 @@ def _mean_of(replaced: dict[str, Any]) -> str:
 
 
 def _unchanged(rows: list[dict[str, Any]]) -> str:
-    """A sentence per algorithm whose answer stopped at the target before its schedule changed
-    the batch size or learning rate, on most of its held-out seeds: there it was plain SGD. For
+    """A sentence per algorithm whose answer stopped (at the target, or at the end of its
+    budget) before its schedule changed the batch size or learning rate, on most of its
+    held-out seeds: there it was plain SGD. For
     the baseline that qualifies every speedup of the pair. (A matched row shares the
     baseline's schedule: its sentence would repeat the baseline's; a damper with nothing to
     search, ``sgd``, has no schedule.)"""
@@ -221,9 +222,9 @@ def _unchanged(rows: list[dict[str, Any]]) -> str:
         if (same is None or 2 * same <= n or r["algorithm"].endswith(MATCHED_SUFFIX)
                 or _without_schedule(r["algorithm"])):
             continue
-        notes.append(f" {r['algorithm']}'s configuration ({_cell(r['params'])}) reached the "
-                     f"target before its schedule changed the batch size or learning rate on "
-                     f"{same} of {n} held-out seeds: there it trained as plain SGD.")
+        notes.append(f" {r['algorithm']}'s configuration ({_cell(r['params'])}) stopped before "
+                     f"its schedule changed the batch size or learning rate on {same} of {n} "
+                     "held-out seeds: there it trained as plain SGD.")
         if r["algorithm"] == BASELINE:
             notes.append(" The speedups of this pair are over that: the baseline's search "
                          "found no decay that acts before the target.")

@@ -284,8 +284,9 @@ def _complete_attrs(state: TrainState, training: dict[str, Any] | None) -> dict[
 def _schedule_of(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     """The schedule attribute of a reused trial's source (its training is the same), if it
     has one (a grid from before it was recorded has not)."""
-    return {SCHEDULE_ATTR: trial.user_attrs[SCHEDULE_ATTR]} if SCHEDULE_ATTR in trial.user_attrs \
-        else {}
+    if SCHEDULE_ATTR not in trial.user_attrs:
+        return {}
+    return {SCHEDULE_ATTR: trial.user_attrs[SCHEDULE_ATTR]}
 
 
 def _outcome(state: TrainState, *, number: int, params: dict[str, Any],

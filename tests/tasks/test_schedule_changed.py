@@ -69,8 +69,8 @@ def test_the_answer_says_when_the_baseline_trained_as_plain_sgd():
                                                                                "delay": 8}),
             _row("padadamp", {s: 0.9 + 0.01 * s for s in seeds}, 0, {"rate": 0.1})]
     text = answer_markdown(answer_rows(rows, baseline="geodamplr"))
-    assert ("geodamplr's configuration (factor=7.6, delay=8) reached the target before its "
-            "schedule changed the batch size or learning rate on 5 of 6 held-out seeds") in text
+    assert ("geodamplr's configuration (factor=7.6, delay=8) stopped before its schedule "
+            "changed the batch size or learning rate on 5 of 6 held-out seeds") in text
     assert "the baseline's search found no decay" in text
     assert "geodamp-matched's" not in text and "padadamp's" not in text
     rows.append(_row("sgd", {s: 1.4 for s in seeds}, 6, {"lr": 0.05}))  # it has no schedule
