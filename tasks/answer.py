@@ -212,10 +212,9 @@ def _mean_of(replaced: dict[str, Any]) -> str:
 def _unchanged(rows: list[dict[str, Any]]) -> str:
     """A sentence per algorithm whose answer stopped (at the target, or at the end of its
     budget) before its schedule changed the batch size or learning rate, on most of its
-    held-out seeds: there it was plain SGD. For
-    the baseline that qualifies every speedup of the pair. (A matched row shares the
-    baseline's schedule: its sentence would repeat the baseline's; a damper with nothing to
-    search, ``sgd``, has no schedule.)"""
+    held-out seeds: there it was plain SGD. For the baseline that qualifies every speedup of
+    the pair. (A matched row shares the baseline's schedule: its sentence would repeat the
+    baseline's; a damper with nothing to search, ``sgd``, has no schedule.)"""
     notes = []
     for r in rows:
         n, same = r["n_seeds"], r.get("unchanged_seeds")

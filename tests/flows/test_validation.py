@@ -99,12 +99,12 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
         assert client.get_run(version.run_id).data.tags["damptune.cell"] == (
             "n2/geodamplr/mlp" if first == "geodamplr" else f"n{network}/{first}/mlp")
 
-    # each held-out training records when its schedule first changed (None: it reached the
-    # target before); the answer counts the seeds where it had not
+    # each held-out training records when its schedule first changed (None: it stopped
+    # before); the answer counts the seeds where it had not
     for (network, algorithm), row in answer.items():
         stage = "matched" if algorithm.endswith("-matched") else "validation"
         cell = "n2/geodamplr" if algorithm == "geodamplr" else f"n{network}/geodamp"
-        changed = [t.user_attrs["schedule_changed_epoch"] for t in _studies(run_dir)[
+        changed = [t.user_attrs["schedule_changed_epoch"] for t in studies[
             f"v/{cell}/mlp/{stage}"].trials if t.state.name == "COMPLETE"
             and t.params == row["params"]]
         assert len(changed) == 3 and row["unchanged_seeds"] == changed.count(None)
