@@ -15,7 +15,7 @@ from damptune import TrainConfig
 from damptune.dampers import DAMPERS
 from damptune.netmodel import PROFILES, Network, time_to_target
 from tasks.stats import RESOLVE_CAP
-from tasks.validation import MATCHED_SUFFIX
+from tasks.validation import HELD_OUT_EPOCHS, MATCHED_SUFFIX
 
 __all__ = ["BASELINE", "RANK_COLUMNS", "answer_markdown", "progress_to_target", "eval_curve",
            "rank_cells", "replay_on_profiles", "ranking_markdown", "profiles_markdown",
@@ -194,7 +194,35 @@ def answer_markdown(rows: list[dict[str, Any]]) -> str:
             _interval(row["speedup_low"], row["speedup"], row["speedup_high"]),
             "yes" if row["tied_best"] else "no" if row["reliable"] else "no: missed the target "
             "on most seeds", _cell(row["params"]) + _replaced(row))) + " |")
-    return "\n".join(parts).lstrip("\n") + "\n"
+    return (_near_misses(rows) + "\n".join(parts)).lstrip("\n") + "\n"
+
+
+def _near_misses(rows: list[dict[str, Any]]) -> str:
+    """A paragraph per model whose answers include configurations that missed the search's
+    target on its one seed by running out of the search's epochs (``search_shortfall`` > 0:
+    near misses retrained beside their search's best, :mod:`tasks.validation`), and reached
+    the target on the held-out seeds, which train longer: the search's epoch budget is where
+    the fastest configurations were cut off."""
+    out = []
+    for model in sorted({r["model"] for r in rows}):
+        own = [r for r in rows if r["model"] == model
+               and not r["algorithm"].endswith(MATCHED_SUFFIX)]
+        near = [r for r in own if (r.get("search_shortfall") or 0) > 0 and r["reliable"]]
+        if not near:
+            continue
+        short = [f"{v:.3g}" for v in sorted(r["search_shortfall"] for r in near)]
+        cells = ", ".join(f"n{r['network']} {r['algorithm']}" for r in near)
+        verb = "is a near miss" if len(near) == 1 else "are near misses"
+        out.append(
+            f"**{model}: {len(near)} of {len(own)} answers {verb} of the search** "
+            f"({cells}): on the search's seed they ran out of its epochs "
+            f"{'–'.join(dict.fromkeys((short[0], short[-1])))} short of its target, and "
+            "reached the target on most held-out "
+            f"seeds, whose budget is {HELD_OUT_EPOCHS:g}× the search's epochs. These answers "
+            "needed more epochs than the search gives on its seed; a larger `epochs` for "
+            f"{model} lets the search judge such configurations itself (a trial stops at its "
+            "target, so only the trials that miss it train longer).\n")
+    return "\n".join(out)
 
 
 def _replaced(row: dict[str, Any]) -> str:

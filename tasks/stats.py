@@ -146,7 +146,7 @@ def seeds_to_resolve(rows: list[dict[str, Any]]) -> int | None:
 
 ANSWER_COLUMNS = ("network", "model", "rank", "algorithm", "mean", "ci", "n_seeds", "speedup",
                   "speedup_low", "speedup_high", "tied_best", "reliable", "reached_seeds",
-                  "params", "validates", "replaced", "unchanged_seeds")
+                  "params", "validates", "replaced", "unchanged_seeds", "search_shortfall")
 
 
 def answer_rows(validation: list[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:

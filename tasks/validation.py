@@ -317,8 +317,8 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
     pick the configuration that answers by those seeds (``bench/answer_stability.py
     --held-out K``). A runner-up such a grid would have retrained next, that this grid did
     not, is not there: the rule's fallback (the search's best) answers."""
-    rows = []
-    store = storage_for(storage)
+    rows: list[dict[str, Any]] = []
+    store, searched = storage_for(storage), _SearchTrials(storage, grid_name)
     for s in optuna.get_all_study_summaries(store, include_best_trial=False):
         attrs = s.user_attrs
         if attrs.get("grid") != grid_name or attrs.get("stage") not in STAGES:
@@ -338,6 +338,8 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
             "validates": str(done[0].user_attrs.get(VALIDATES, "")) if done else "",
             "n_seeds": len(seeds), "replaced": replaced, "retrained": len(groups),
             "unchanged_seeds": _unchanged_seeds(done),
+            "search_shortfall": searched.shortfall(done[0].user_attrs.get(VALIDATES, "")
+                                                   if done else ""),
         })
     rows.sort(key=lambda r: (r["network"], r["model"], r["algorithm"]))
     return rows
@@ -349,6 +351,36 @@ def _unchanged_seeds(done: list[optuna.trial.FrozenTrial]) -> int | None:
     when a trial does not say (a grid from before it was recorded)."""
     known = [t.user_attrs[SCHEDULE_ATTR] for t in done if SCHEDULE_ATTR in t.user_attrs]
     return sum(epoch is None for epoch in known) if done and len(known) == len(done) else None
+
+
+class _SearchTrials:
+    """The grid's search trials, loaded once per search study, by the name a validation trial
+    records of the one it retrains (``<cell>#<number>``)."""
+
+    def __init__(self, storage: str, grid_name: str) -> None:
+        self.storage, self.grid_name = storage, grid_name
+        self.trials: dict[str, dict[int, optuna.trial.FrozenTrial]] = {}
+
+    def shortfall(self, validates: str) -> float | None:
+        """By how much that search trial missed the search's target on its one seed, within
+        the search's epochs: 0 when it reached it (a near miss retrained beside the best is
+        above 0); None when it did not complete (a pruned runner-up) or is not there."""
+        cell, _, number = validates.rpartition("#")
+        if not cell or not number.isdigit():
+            return None
+        trial = self._of(f"{self.grid_name}/{cell}").get(int(number))
+        if trial is None or trial.state != optuna.trial.TrialState.COMPLETE:
+            return None
+        return max([0.0, *trial.constraints.values()])
+
+    def _of(self, name: str) -> dict[int, optuna.trial.FrozenTrial]:
+        if name not in self.trials:
+            try:
+                study = optuna.load_study(study_name=name, storage=storage_for(self.storage))
+                self.trials[name] = {t.number: t for t in study.get_trials(deepcopy=False)}
+            except KeyError:  # the search study is not in this storage
+                self.trials[name] = {}
+        return self.trials[name]
 
 
 def _answer_trials(groups: list[list[optuna.trial.FrozenTrial]]

@@ -110,6 +110,15 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
         assert len(changed) == 3 and row["unchanged_seeds"] == changed.count(None)
         delay = row["params"]["delay"]
         assert all(e is None or delay < e < delay + 0.5 for e in changed), (changed, delay)
+        # and by how much the search trial it retrains missed the search's target (0: reached)
+        cell_key, number = row["validates"].split("#")
+        source = studies[f"v/{cell_key}"].trials[int(number)]
+        assert row["search_shortfall"] == (
+            max([0.0, *source.constraints.values()]) if source.state.name == "COMPLETE" else None)
+    near = [r for r in ranked if (r["search_shortfall"] or 0) > 0 and r["reliable"]
+            and not r["algorithm"].endswith("-matched")]
+    with open(f"{run_dir}/report/report.md") as f:
+        assert ("of the search** (" in f.read()) == bool(near), near
 
     rows = _report_json(run_dir)
     by = {(r["network"], r["algorithm"]): r for r in rows}
@@ -193,6 +202,9 @@ def test_a_best_that_misses_on_the_held_out_seeds_gives_way_to_the_runner_up(tmp
     # answer counts every seed (and, sgd having no schedule, does not say it in words)
     assert [t.user_attrs["schedule_changed_epoch"] for t in done] == [None] * 6
     assert row["unchanged_seeds"] == 3
+    # the runner-up's search trial reached the search's target, or was pruned (not judged)
+    assert row["search_shortfall"] == (
+        max([0.0, *second.constraints.values()]) if pruner == "none" else None)
     (replaced,) = row["replaced"]
     assert {k: replaced[k] for k in ("validates", "n_seeds", "reached_seeds")} == {
         "validates": "n2/sgd/mlp#0", "n_seeds": 3, "reached_seeds": 0}
@@ -270,6 +282,13 @@ def test_a_faster_near_miss_is_retrained_beside_the_best_and_answers_when_faster
     assert row["mean"] == pytest.approx(means["n2/sgd/mlp#1"])
     assert row["replaced"] == [{"validates": "n2/sgd/mlp#0", "n_seeds": 3, "reached_seeds": 3,
                                 "mean": pytest.approx(means["n2/sgd/mlp#0"])}]
+    # the answer says it is the search's near miss, and the report says what that means
+    assert row["search_shortfall"] == pytest.approx(0.01)
+    with open(f"{run_dir}/report/report.md") as f:
+        text = f.read()
+    assert ("**mlp: 1 of 1 answers is a near miss of the search** (n2 sgd): on the search's "
+            "seed they ran out of its epochs 0.01 short of its target") in text
+    assert "a larger `epochs` for mlp" in text
 
     tune(run_dir=run_dir, cluster=scheduler, **grid)  # nothing trained twice
     assert len(_studies(run_dir)["m/n2/sgd/mlp/validation"].trials) == 6
