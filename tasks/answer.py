@@ -200,7 +200,8 @@ def answer_markdown(rows: list[dict[str, Any]]) -> str:
 def _near_misses(rows: list[dict[str, Any]]) -> str:
     """A paragraph per model whose answers include configurations that missed the search's
     target on its one seed by running out of the search's epochs (``search_shortfall`` > 0:
-    near misses retrained beside their search's best, :mod:`tasks.validation`), and reached
+    mostly near misses retrained beside their search's best, :mod:`tasks.validation`; or a
+    best of a search in which no trial reached the target), and reached
     the target on the held-out seeds, which train longer: the search's epoch budget is where
     the fastest configurations were cut off."""
     out = []
@@ -212,12 +213,11 @@ def _near_misses(rows: list[dict[str, Any]]) -> str:
             continue
         short = [f"{v:.3g}" for v in sorted(r["search_shortfall"] for r in near)]
         cells = ", ".join(f"n{r['network']} {r['algorithm']}" for r in near)
-        verb = "is a near miss" if len(near) == 1 else "are near misses"
         out.append(
-            f"**{model}: {len(near)} of {len(own)} answers {verb} of the search** "
-            f"({cells}): on the search's seed they ran out of its epochs "
-            f"{'–'.join(dict.fromkeys((short[0], short[-1])))} short of its target, and "
-            "reached the target on most held-out "
+            f"**{model}: {len(near)} of {len(own)} answers missed the search's target on its "
+            f"seed** ({cells}): they ran out of the search's epochs "
+            f"{'–'.join(dict.fromkeys((short[0], short[-1])))} short of it, and reached the "
+            "target on most held-out "
             f"seeds, whose budget is {HELD_OUT_EPOCHS:g}× the search's epochs. These answers "
             "needed more epochs than the search gives on its seed; a larger `epochs` for "
             f"{model} lets the search judge such configurations itself (a trial stops at its "

@@ -118,7 +118,7 @@ def test_validation_retrains_each_best_on_the_same_held_out_seeds(tmp_path, sche
     near = [r for r in ranked if (r["search_shortfall"] or 0) > 0 and r["reliable"]
             and not r["algorithm"].endswith("-matched")]
     with open(f"{run_dir}/report/report.md") as f:
-        assert ("of the search** (" in f.read()) == bool(near), near
+        assert ("answers missed the search's target on its seed**" in f.read()) == bool(near)
 
     rows = _report_json(run_dir)
     by = {(r["network"], r["algorithm"]): r for r in rows}
@@ -286,8 +286,8 @@ def test_a_faster_near_miss_is_retrained_beside_the_best_and_answers_when_faster
     assert row["search_shortfall"] == pytest.approx(0.01)
     with open(f"{run_dir}/report/report.md") as f:
         text = f.read()
-    assert ("**mlp: 1 of 1 answers is a near miss of the search** (n2 sgd): on the search's "
-            "seed they ran out of its epochs 0.01 short of its target") in text
+    assert ("**mlp: 1 of 1 answers missed the search's target on its seed** (n2 sgd): they ran "
+            "out of the search's epochs 0.01 short of it") in text
     assert "a larger `epochs` for mlp" in text
 
     tune(run_dir=run_dir, cluster=scheduler, **grid)  # nothing trained twice

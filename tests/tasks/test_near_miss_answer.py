@@ -32,9 +32,8 @@ def test_the_answer_names_its_near_misses_per_model():
              _row(4, "geodamplr", 1.0, 0.0, model="mlp"), _row(4, "padadamp", 0.8, 0.0,
                                                                    model="mlp")]
     text = _text(rows)
-    assert ("**cnn: 2 of 6 answers are near misses of the search** (n4 padadamp, n8 padadamp):"
-            " on the search's seed they ran out of its epochs 0.004–0.011 short of its "
-            "target") in text
+    assert ("**cnn: 2 of 6 answers missed the search's target on its seed** (n4 padadamp, n8 "
+            "padadamp): they ran out of the search's epochs 0.004–0.011 short of it") in text
     assert "a larger `epochs` for cnn" in text and "mlp:" not in text
     assert text.index("**cnn:") < text.index("### cnn on 4 ranks")
 
@@ -42,9 +41,10 @@ def test_the_answer_names_its_near_misses_per_model():
 def test_no_sentence_without_a_near_miss_that_answers_reliably():
     rows = [_row(4, "geodamplr", 1.2, 0.0), _row(4, "padadamp", 0.9, 0.0),
             _row(4, "adadamp", 1.0, None)]
-    assert "near miss" not in _text(rows)
+    assert "answers missed" not in _text(rows)
     # a near miss that missed the target on most held-out seeds answers nothing reliably
     rows.append(_row(4, "geodamp", 1.1, 0.01, reached=False))
-    assert "near miss" not in _text(rows)
+    assert "answers missed" not in _text(rows)
     rows[1]["search_shortfall"] = 0.012
-    assert "**cnn: 1 of 4 answers is a near miss of the search** (n4 padadamp)" in _text(rows)
+    assert ("**cnn: 1 of 4 answers missed the search's target on its seed** (n4 padadamp): they "
+            "ran out of the search's epochs 0.012 short of it") in _text(rows)
