@@ -327,6 +327,7 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
         seeds = list(attrs.get(SEEDED) or [])[:first_seeds]
         groups = _groups(study, set(seeds) if first_seeds is not None else None)
         done, replaced = _answer_trials(groups)
+        validates = str(done[0].user_attrs.get(VALIDATES, "")) if done else ""
         rows.append({
             "network": int(attrs["network"]),
             "algorithm": str(attrs["algorithm"]) + (MATCHED_SUFFIX if attrs["stage"] == "matched"
@@ -335,11 +336,10 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
             "values": {int(t.user_attrs[TRAIN_SEED]): float(t.value or 0.0) for t in done},
             "reached": {int(t.user_attrs[TRAIN_SEED]): reached_target(t) for t in done},
             "params": dict(done[0].params) if done else {},
-            "validates": str(done[0].user_attrs.get(VALIDATES, "")) if done else "",
+            "validates": validates,
             "n_seeds": len(seeds), "replaced": replaced, "retrained": len(groups),
             "unchanged_seeds": _unchanged_seeds(done),
-            "search_shortfall": searched.shortfall(done[0].user_attrs.get(VALIDATES, "")
-                                                   if done else ""),
+            "search_shortfall": searched.shortfall(validates),
         })
     rows.sort(key=lambda r: (r["network"], r["model"], r["algorithm"]))
     return rows
