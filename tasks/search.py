@@ -177,13 +177,14 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
         pruner=pruner_for(settings, n_train, epochs=settings.epochs_for(cell.model)),
         load_if_exists=True,
     )
-    _check_same_data(study.study_name, study.user_attrs, settings)
+    attrs = study.user_attrs  # one read of the storage: each access of the property reads it
+    _check_same_data(study.study_name, attrs, settings)
     for key, value in {"grid": settings.grid_name, "network": cell.network,
                        "algorithm": cell.algorithm, "model": cell.model,
                        "stage": cell.stage, "dataset": settings.dataset,
                        "data_seed": settings.data_seed, "profile": settings.profile,
                        "target_accuracy": settings.target_of(cell)}.items():
-        if study.user_attrs.get(key) != value:
+        if attrs.get(key) != value:
             study.set_user_attr(key, value)
     return study
 
