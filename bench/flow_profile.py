@@ -133,7 +133,8 @@ def report(busy: collections.Counter[str], idle: int, in_io: int, trials: int | 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--raw", help="a py-spy raw profile to read (without --attach)")
+    parser.add_argument("--raw", help="a py-spy raw profile, recorded at 25 Hz, to read "
+                        "(without --attach)")
     parser.add_argument("--attach", action="store_true", help="record the flow process")
     parser.add_argument("--py-spy", default="py-spy", help="the py-spy executable")
     parser.add_argument("--out", default="flow.raw", help="where --attach writes its profile")
