@@ -37,7 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from process_cpu import role_of  # noqa: E402 - the same roles as bench/process_cpu.py
+from process_cpu import read_all  # noqa: E402 - the same roles as bench/process_cpu.py
 
 IDLE = re.compile(r"^(EpollSelector\.select|_PollLikeSelector\.select|select|Condition\.wait|"
                   r"Event\.wait|Queue\.get|get|join|_worker|sleep|wait|poll)$")
@@ -97,13 +97,11 @@ def trials_in(run_dir: str) -> int:
 
 def find_flow(timeout: float) -> int:
     """The pid of the flow process, once one runs (waits up to ``timeout`` seconds)."""
-    import psutil
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for proc in psutil.process_iter(["cmdline"]):
-            if role_of(" ".join(proc.info["cmdline"] or [])) == "flow process":
-                return proc.pid
+        flows = [pid for pid, (role, _) in read_all().items() if role == "flow process"]
+        if flows:
+            return flows[0]
         time.sleep(1.0)
     raise SystemExit(f"--attach: no flow process (prefect.engine, damptune tune) within "
                      f"{timeout:.0f} s")
