@@ -4,7 +4,10 @@ It runs a command (``python bench/process_cpu.py -- make run``), or watches the 
 process exits (``--until PID``), and reads every process's CPU time (user + system, with
 psutil) every ``--interval`` seconds. A process that exits keeps its last reading, so at most
 one interval of its CPU is missed. At the end it prints each role's CPU seconds, its share of
-all the CPU the roles used, and how busy the machine's cores were over the watch.
+all the CPU the roles used, and how busy the machine's cores were over the watch. It also reads
+the machine's steal time (Linux, ``/proc/stat``): the time the hypervisor gave this virtual
+machine's cores to others while they had work, which slows every process alike and no process's
+CPU time shows.
 
 Roles, by command line: ``dask workers`` (a local cluster's workers, forked from its
 forkserver), ``flow process`` (the flow run a Prefect worker started: ``prefect.engine``, or
@@ -62,6 +65,18 @@ def watch(done: Callable[[], bool], interval: float) -> tuple[dict[int, tuple[st
         time.sleep(interval)
 
 
+def steal_seconds() -> float:
+    """The machine's steal time so far, summed over its cores (0 where the OS has none)."""
+    import psutil
+
+    return float(getattr(psutil.cpu_times(), "steal", 0.0))
+
+
+def steal_line(steal: float, core_seconds: float) -> str:
+    return (f"steal: {steal:.0f} core-seconds, {100 * steal / max(core_seconds, 1e-9):.1f} % of "
+            "the cores' time (taken by the hypervisor while this machine had work)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--interval", type=float, default=10.0)
@@ -71,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     command = [c for c in args.command if c != "--"]
     if bool(command) == bool(args.until):
         parser.error("give a command after --, or --until PID (not both)")
-    before = read_all()  # processes already running count from here
+    before, steal_before = read_all(), steal_seconds()  # what already ran counts from here
     if command:
         proc = subprocess.Popen(command)
         seen, seconds = watch(lambda: proc.poll() is not None, args.interval)
@@ -84,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 1
     print(f"watched {seconds:.0f} s on {cores} cores: the roles used {total:.0f} CPU-seconds, "
           f"{100 * total / (seconds * cores):.1f} % of the machine")
+    print(steal_line(steal_seconds() - steal_before, seconds * cores))
     print("| role | CPU seconds | share |\n|---|---|---|")
     for role, cpu in sorted(by_role.items(), key=lambda kv: -kv[1]):
         print(f"| {role} | {cpu:.0f} | {100 * cpu / max(total, 1e-9):.1f} % |")
