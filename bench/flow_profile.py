@@ -105,14 +105,15 @@ def is_worker(frames: list[str]) -> bool:
 def summarize(raw_path: str, *, workers: bool = False
               ) -> tuple[collections.Counter[str], int, int]:
     """Busy samples per component, the idle samples left out, and the busy ones in I/O; with
-    ``workers``, of the Dask workers' samples only, else of every sample (the flow process)."""
+    ``workers``, of the Dask workers' samples only, else of the rest (the flow process; a
+    profile recorded without ``--subprocesses`` has nothing else)."""
     busy: collections.Counter[str] = collections.Counter()
     idle = in_io = 0
     with open(raw_path) as f:
         for line in f:
             stack, _, count = line.rstrip("\n").rpartition(" ")
             frames = stack.split(";")
-            if not stack or (workers and not is_worker(frames)):
+            if not stack or is_worker(frames) != workers:  # the other side's samples
                 continue
             leaf = frames[-1].split(" (")[0]
             if IDLE.match(leaf):
@@ -183,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.attach:
         record(args.py_spy, args.out, args.wait, workers=args.workers)
     busy, idle, in_io = summarize(args.out if args.attach else args.raw, workers=args.workers)
+    if args.workers and not busy + collections.Counter(idle=idle):
+        raise SystemExit("--workers: the profile has no Dask worker's samples; record it with "
+                         "--attach --workers (py-spy --subprocesses)")
     report(busy, idle, in_io, trials_in(args.run_dir) if args.run_dir else None)
     return 0
 
