@@ -22,6 +22,7 @@ Run: ``nice -n 10 python bench/kernel_shapes.py [--calls 100]`` (about a minute,
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 import time
@@ -38,8 +39,8 @@ from models import get_model  # noqa: E402
 
 BATCHES = (64, 128, 256, 512)
 MICRO = (64, 128, 256)
-CHUNKS = (128, 256, 512, 1000)
-ENGINE_CHUNK = 256
+ENGINE_CHUNK: int = inspect.signature(shard_evaluate).parameters["chunk"].default
+CHUNKS = tuple(sorted({128, ENGINE_CHUNK, 512, 1000}))
 
 
 def fastest(call: Callable[[], object], calls: int) -> float:
@@ -88,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     X, y = torch.randn(4000, 40), torch.randint(0, 10, (4000,))
     print(f"one torch thread; ms per call, the fastest of 5 repeats of {args.calls}; "
-          "ratios to one pass (forward/backward) and to the engine's chunk 256 (evaluation)")
+          f"ratios to one pass (forward/backward) and to the engine's chunk {ENGINE_CHUNK} "
+          "(evaluation)")
     for name in ("mlp", "cnn"):
         model = get_model(name, input_shape=(40,), n_classes=10)
         print(name, flush=True)
