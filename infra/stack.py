@@ -40,8 +40,9 @@ slow answer from a busy server does not cost its clients their server); :func:`r
 stops, on exit, exactly what it started.
 
 Structure: the services are a table, ``SPECS`` (one :class:`ServiceSpec` each: command,
-environment, health check, the address ``status`` shows, an ``after_stop`` hook; PID file and
-log from :class:`StackPaths`). ``up`` starts them with one loop, group by group
+environment, health check, the address ``status`` shows, ``before_start`` and ``after_stop``
+hooks (the MLflow server's store, made and put in WAL mode before it starts); PID file and log
+from :class:`StackPaths`). ``up`` starts them with one loop, group by group
 (``START_GROUPS``; the work pool, the zombie automation and the orphaned runs in between);
 ``down`` and ``status`` walk the same table in ``SERVICES`` order. Everything asked of the
 Prefect server goes through Prefect's Python client (:mod:`infra.prefect_api`); only the
@@ -426,9 +427,9 @@ class ServiceSpec:
     ``healthy(stack, process)`` and ``health_url(stack)`` its check; ``address(stack)`` is what
     ``status`` shows; ``port_attr`` names the :class:`Stack` port it binds (checked free before
     anything starts; its command-line option is ``--<port-attr>``); it runs in the repository
-    (``in_repo``) or the run directory; ``after_stop(state, report)``, if any, runs once its
-    process is stopped. Its PID file and log are ``RUN/pids/<name>.pid`` and
-    ``RUN/logs/<name>.log`` (:class:`StackPaths`).
+    (``in_repo``) or the run directory; ``before_start(paths)``, if any, runs just before its
+    process is started, ``after_stop(state, report)`` once it is stopped. Its PID file and log
+    are ``RUN/pids/<name>.pid`` and ``RUN/logs/<name>.log`` (:class:`StackPaths`).
     """
 
     name: str
@@ -440,14 +441,30 @@ class ServiceSpec:
     address: Callable[[Stack], str]
     port_attr: str = ""
     in_repo: bool = False
+    before_start: Callable[[StackPaths], None] | None = None
     after_stop: Callable[[dict, Callable[[str], None]], None] | None = None
+
+
+def _mlflow_store_url(paths: StackPaths) -> str:
+    return f"sqlite:///{paths.run_dir / 'mlflow.db'}"
 
 
 def _mlflow_command(stack: Stack, paths: StackPaths, _: int) -> list[str]:
     return [sys.executable, "-m", "mlflow", "server", "--host", HOST,
             "--port", str(stack.mlflow_port), "--workers", "1",
-            "--backend-store-uri", f"sqlite:///{paths.run_dir / 'mlflow.db'}",
+            "--backend-store-uri", _mlflow_store_url(paths),
             "--artifacts-destination", str(paths.run_dir / "mlartifacts")]
+
+
+def _mlflow_store(paths: StackPaths) -> None:
+    """The server's SQLite store: a new one is a copy of the empty store (not MLflow's ~3 s
+    of migrations), and it is in WAL mode (:mod:`tasks.mlflow_store`, :mod:`tasks.sqlite`)."""
+    from tasks.mlflow_store import prepare_sqlite_store
+    from tasks.sqlite import use_wal
+
+    url = _mlflow_store_url(paths)
+    prepare_sqlite_store(url)
+    use_wal(url)
 
 
 def _mlflow_env(stack: Stack, paths: StackPaths) -> dict[str, str]:
@@ -502,7 +519,7 @@ SPECS = {spec.name: spec for spec in (
     ServiceSpec("mlflow", "MLflow server", _mlflow_command, _mlflow_env,
                 lambda stack, _: _mlflow_healthy(stack.mlflow_port),
                 lambda stack: f"{stack.mlflow_uri}/health", lambda stack: stack.mlflow_uri,
-                port_attr="mlflow_port"),
+                port_attr="mlflow_port", before_start=_mlflow_store),
     ServiceSpec("prefect-server", "Prefect server", _server_command, _server_env,
                 lambda stack, _: _prefect_healthy(stack.prefect_port),
                 lambda stack: f"{stack.prefect_api_url}/health",
@@ -549,6 +566,8 @@ class _Starter:
         """Start the group's services that are not running, then wait for each."""
         new = [SPECS[n] for n in names if n not in self.running]
         for spec in new:
+            if spec.before_start is not None:
+                spec.before_start(self.paths)
             cmd = spec.command(self.stack, self.paths, self.worker_limit)
             proc = _spawn(self.paths, spec.name, cmd, env=spec.env(self.stack, self.paths),
                           cwd=REPO_ROOT if spec.in_repo else self.paths.run_dir)

@@ -19,6 +19,8 @@ import threading
 import uuid
 from pathlib import Path
 
+from tasks.sqlite import sqlite_file
+
 __all__ = ["prepare_sqlite_store", "template_path"]
 
 _log = logging.getLogger("damptune.tasks")
@@ -29,7 +31,7 @@ def prepare_sqlite_store(tracking_uri: str) -> bool:
     """Copy the empty store to the file of a ``sqlite://`` ``tracking_uri`` that does not exist
     yet. Returns whether this call made it; any other URI, or a file that exists (or that
     another thread or process made first), is left alone."""
-    path = _sqlite_file(tracking_uri)
+    path = sqlite_file(tracking_uri)
     if path is None or path.exists():
         return False
     try:
@@ -48,17 +50,6 @@ def template_path() -> Path:
     from models.datasets import default_cache_dir
 
     return default_cache_dir() / f"mlflow-store-{mlflow.__version__}.db"
-
-
-def _sqlite_file(tracking_uri: str) -> Path | None:
-    if not tracking_uri.startswith("sqlite:"):
-        return None
-    from sqlalchemy.engine import make_url
-
-    database = make_url(tracking_uri).database
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return None
-    return Path(database).expanduser().absolute()
 
 
 def _template() -> Path:

@@ -17,6 +17,7 @@ from damptune.config import cap_for
 from tasks.grid import Cell, GridSettings
 from tasks.retries import retry
 from tasks.samplers import NoRepeatSampler, PrunedSeenSampler
+from tasks.sqlite import use_wal
 
 __all__ = [
     "summarize",
@@ -47,12 +48,14 @@ def storage_for(url: str) -> optuna.storages.BaseStorage:
 
     SQLite waits up to ``$DAMPTUNE_SQLITE_TIMEOUT`` seconds (default 60) for a lock instead
     of failing at once when cells write together; past that, :func:`with_storage_retries`.
+    A SQLite file is put in WAL mode (:mod:`tasks.sqlite`).
     """
     with _LOCK:
         if url not in _STORAGES:
             timeout = float(os.environ.get("DAMPTUNE_SQLITE_TIMEOUT") or 60)
             engine_kwargs = ({"connect_args": {"timeout": timeout}} if url.startswith("sqlite")
                              else {})
+            use_wal(url, timeout=timeout)  # a SQLite file: readers and writers apart
             _STORAGES[url] = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
         return _STORAGES[url]
 

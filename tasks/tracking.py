@@ -25,6 +25,7 @@ from damptune import DamptuneError
 from tasks.grid import Cell, GridSettings
 from tasks.mlflow_store import prepare_sqlite_store
 from tasks.retries import retry
+from tasks.sqlite import use_wal
 
 __all__ = [
     "client_for",
@@ -103,6 +104,7 @@ def client_for(tracking_uri: str) -> MlflowClient:
     with _CLIENTS_LOCK:
         if tracking_uri not in _CLIENTS:
             prepare_sqlite_store(tracking_uri)  # a new SQLite store: a copy, not 3 s of schema
+            use_wal(tracking_uri)  # a SQLite store: readers and writers apart (tasks.sqlite)
             _CLIENTS[tracking_uri] = MlflowClient(tracking_uri=tracking_uri)
         return _CLIENTS[tracking_uri]
 

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -73,6 +74,17 @@ def test_stack_up_answers_health_checks(stack):
         assert (stack.run_dir / "logs" / f"{name}.log").is_file()
     assert (stack.run_dir / "prefect.db").is_file()
     assert (stack.run_dir / "mlflow.db").is_file()
+
+
+@pytest.mark.slow
+def test_the_mlflow_servers_store_is_in_wal_mode_and_holds_what_it_is_sent(stack):
+    from mlflow.tracking import MlflowClient
+
+    name = f"wal-{time.time_ns()}"
+    MlflowClient(stack.mlflow_uri).create_experiment(name)
+    with sqlite3.connect(stack.run_dir / "mlflow.db") as db:  # read beside the live server
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert (name,) in db.execute("select name from experiments").fetchall()
 
 
 @pytest.mark.slow

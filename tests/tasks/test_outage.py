@@ -1,7 +1,8 @@
 """The Optuna storage briefly unreachable: bounded retries, then a clear error; nothing lost.
 
 Real SQLite: another process holds an EXCLUSIVE lock on the study's database (what a writer
-sees when the database is unreachable), with the busy timeout made short
+sees when the database is unreachable; the study's database is in WAL mode, :mod:`tasks.sqlite`,
+so its readers still read and its writes fail), with the busy timeout made short
 (``DAMPTUNE_SQLITE_TIMEOUT``) so the test does not wait the default 60 s. The MLflow side is
 tested with a real server taken down mid-grid in tests/flows/test_resume.py."""
 
@@ -59,27 +60,29 @@ def counted(fn):
 
 def test_a_brief_outage_is_ridden_out_by_the_retries(study):
     path, s = study
+    trial = s.ask()
     holder = lock_for(path, 1.5)
-    ask = counted(s.ask)
-    trial = with_storage_retries(ask, attempts=6, delay=0.25)
+    tell = counted(lambda: s.tell(trial, 3.0))
+    with_storage_retries(tell, attempts=6, delay=0.25)
     # it really met the lock and retried until it went: failed attempts, then one success
-    *failed, last = ask.outcomes
-    assert failed and last == "ok", ask.outcomes
-    assert set(failed) <= {"OperationalError", "StorageInternalError"}, ask.outcomes
+    *failed, last = tell.outcomes
+    assert failed and last == "ok", tell.outcomes
+    assert set(failed) <= {"OperationalError", "StorageInternalError"}, tell.outcomes
     holder.wait(10)
-    s.tell(trial, 3.0)
     assert [t.value for t in s.trials] == [1.0, 2.0, 3.0]  # no trial twice
 
 
 def test_a_long_outage_ends_in_a_clear_error_and_loses_nothing(study):
     path, s = study
+    trial = s.ask()
     holder = lock_for(path, 30)
     try:
         with pytest.raises(StorageUnavailable, match=r"did not answer after 3 attempts.*"
                                                      r"Nothing was lost"):
-            with_storage_retries(lambda: s.ask(), attempts=3, delay=0.1)
+            with_storage_retries(lambda: s.tell(trial, 3.0), attempts=3, delay=0.1)
     finally:
         holder.kill()
         holder.wait(10)
     assert [(t.state.name, t.value) for t in s.trials] == [("COMPLETE", 1.0),
-                                                            ("COMPLETE", 2.0)]
+                                                            ("COMPLETE", 2.0),
+                                                            ("RUNNING", None)]
