@@ -11,7 +11,7 @@ trials are written with a busy timeout of 0.2 s: those that had a write fail.
     python bench/sqlite_journal.py [--trials 40] [--reports 10] [--rounds 3] [--dir DIR]
 
 It prints the median (min-max) wall and CPU milliseconds per trial of each mode, their ratio,
-and the trials a reader made fail. No goal: it says what the mode buys on this machine's disk.
+the trials a reader made fail, and the disk's sync time (an ``fsync``'s milliseconds). No goal: it says what the mode buys on this machine's disk.
 """
 
 from __future__ import annotations
@@ -89,6 +89,19 @@ def _blocked(path: Path, mode: str, args: argparse.Namespace) -> int:
         del os.environ["DAMPTUNE_SQLITE_TIMEOUT"]
 
 
+def _fsync_ms(directory: str, n: int = 30) -> list[float]:
+    """Milliseconds of ``n`` syncs of a 4 KiB write each, in ``directory``: the disk's sync."""
+    times = []
+    with tempfile.NamedTemporaryFile(dir=directory) as f:
+        for _ in range(n):
+            f.write(b"x" * 4096)
+            f.flush()
+            start = time.perf_counter()
+            os.fsync(f.fileno())
+            times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
@@ -116,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     for mode in ("delete", "wal"):
         print(f"  {mode:6s}  wall {_spread(walls[mode])}  cpu {_spread(cpus[mode])}  "
               f"trials a reader made fail: {blocked[mode]} of {BLOCKED_TRIALS}")
+    sync = _fsync_ms(args.dir)
+    print(f"  this disk's sync (fsync of a 4 KiB write, {len(sync)} times): {_spread(sync)} ms")
     ratio = {k: statistics.median(v["wal"]) / statistics.median(v["delete"])
              for k, v in (("wall", walls), ("cpu", cpus))}
     print(f"  wal / delete: wall {ratio['wall']:.2f}x, cpu {ratio['cpu']:.2f}x")
