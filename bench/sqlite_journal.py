@@ -11,7 +11,8 @@ trials are written with a busy timeout of 0.2 s: those that had a write fail.
     python bench/sqlite_journal.py [--trials 40] [--reports 10] [--rounds 3] [--dir DIR]
 
 It prints the median (min-max) wall and CPU milliseconds per trial of each mode, their ratio,
-the trials a reader made fail, and the disk's sync time (an ``fsync``'s milliseconds). No goal: it says what the mode buys on this machine's disk.
+the trials a reader made fail, and the disk's sync time (an ``fsync``'s milliseconds). No goal:
+it says what the mode buys on this machine's disk.
 """
 
 from __future__ import annotations
