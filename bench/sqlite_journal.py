@@ -30,17 +30,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import optuna  # noqa: E402
 
-from tasks.search import storage_for  # noqa: E402
+from tasks.search import engine_kwargs_for, storage_for  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def _storage(path: Path, mode: str) -> optuna.storages.BaseStorage:
+    """The grid's storage (``wal``), or the same but in the rollback journal (``delete``)."""
     url = f"sqlite:///{path}"
     if mode == "wal":
         return storage_for(url)
-    timeout = float(os.environ.get("DAMPTUNE_SQLITE_TIMEOUT") or 60)
-    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": timeout}})
+    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs_for(url))
 
 
 def _write_trials(study: optuna.Study, trials: int, reports: int) -> int:
@@ -74,6 +74,7 @@ BLOCKED_TRIALS = 2  # trials written while a reader holds its transaction open
 def _blocked(path: Path, mode: str, args: argparse.Namespace) -> int:
     """Of :data:`BLOCKED_TRIALS` trials written while a reader holds a read transaction open
     (busy timeout 0.2 s), those that had a write fail."""
+    before = os.environ.get("DAMPTUNE_SQLITE_TIMEOUT")
     os.environ["DAMPTUNE_SQLITE_TIMEOUT"] = "0.2"
     try:
         study = optuna.create_study(study_name="r", storage=_storage(path, mode))
@@ -86,8 +87,11 @@ def _blocked(path: Path, mode: str, args: argparse.Namespace) -> int:
         finally:
             reader.execute("COMMIT")
             reader.close()
-    finally:
-        del os.environ["DAMPTUNE_SQLITE_TIMEOUT"]
+    finally:  # the caller's setting back
+        if before is None:
+            del os.environ["DAMPTUNE_SQLITE_TIMEOUT"]
+        else:
+            os.environ["DAMPTUNE_SQLITE_TIMEOUT"] = before
 
 
 def _fsync_ms(directory: str, n: int = 30) -> list[float]:

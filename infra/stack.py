@@ -459,12 +459,9 @@ def _mlflow_command(stack: Stack, paths: StackPaths, _: int) -> list[str]:
 def _mlflow_store(paths: StackPaths) -> None:
     """The server's SQLite store: a new one is a copy of the empty store (not MLflow's ~3 s
     of migrations), and it is in WAL mode (:mod:`tasks.mlflow_store`, :mod:`tasks.sqlite`)."""
-    from tasks.mlflow_store import prepare_sqlite_store
-    from tasks.sqlite import use_wal
+    from tasks.mlflow_store import open_sqlite_store
 
-    url = _mlflow_store_url(paths)
-    prepare_sqlite_store(url)
-    use_wal(url)
+    open_sqlite_store(_mlflow_store_url(paths))
 
 
 def _mlflow_env(stack: Stack, paths: StackPaths) -> dict[str, str]:

@@ -7,7 +7,8 @@ into ``<cache>/mlflow-store-<version>.db`` (the datasets' cache, ``$DAMPTUNE_CAC
 ``~/.cache/damptune``): its tables only, no experiment, so that MLflow still creates the
 Default experiment with this store's own artifact root. Every later new store is a file copy
 of it. A store that exists is never touched, and where the copy cannot be made, MLflow builds
-the store itself as before.
+the store itself as before. :func:`open_sqlite_store`, what a client and the stack's server
+call, then puts the store in WAL mode (:mod:`tasks.sqlite`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,20 @@ import threading
 import uuid
 from pathlib import Path
 
-from tasks.sqlite import sqlite_file
+from tasks.sqlite import sqlite_file, use_wal
 
-__all__ = ["prepare_sqlite_store", "template_path"]
+__all__ = ["open_sqlite_store", "prepare_sqlite_store", "template_path"]
 
 _log = logging.getLogger("damptune.tasks")
 _BUILDING = threading.Lock()  # alembic's migrations are not safe from two threads at once
+
+
+def open_sqlite_store(tracking_uri: str) -> None:
+    """Ready the SQLite store of ``tracking_uri`` for a client or a server: a new one is a copy
+    of the empty store (:func:`prepare_sqlite_store`), and the store is in WAL mode
+    (:mod:`tasks.sqlite`). Any other URI is left alone."""
+    prepare_sqlite_store(tracking_uri)  # before WAL mode, which would create the file
+    use_wal(tracking_uri)
 
 
 def prepare_sqlite_store(tracking_uri: str) -> bool:

@@ -21,6 +21,7 @@ from tasks.sqlite import use_wal
 
 __all__ = [
     "summarize",
+    "sqlite_timeout", "engine_kwargs_for",
     "storage_for", "study_name", "open_study", "distributions", "study_space", "FINISHED",
     "best_value", "best_trial", "reached_target", "TARGET_CONSTRAINT",
     "finished_in_grid", "check_grid_data", "sampler_for", "sampler_kind", "pruner_for",
@@ -43,6 +44,17 @@ _STORAGES: dict[str, optuna.storages.BaseStorage] = {}
 _LOCK = threading.Lock()
 
 
+def sqlite_timeout() -> float:
+    """Seconds SQLite waits for a lock: ``$DAMPTUNE_SQLITE_TIMEOUT``, default 60."""
+    return float(os.environ.get("DAMPTUNE_SQLITE_TIMEOUT") or 60)
+
+
+def engine_kwargs_for(url: str) -> dict[str, Any]:
+    """The SQLAlchemy engine's arguments of the grid's storage at ``url``: SQLite's lock wait
+    (:func:`sqlite_timeout`); none for another database."""
+    return {"connect_args": {"timeout": sqlite_timeout()}} if url.startswith("sqlite") else {}
+
+
 def storage_for(url: str) -> optuna.storages.BaseStorage:
     """One storage object per URL in this process, shared by its threads (schema made once).
 
@@ -52,11 +64,9 @@ def storage_for(url: str) -> optuna.storages.BaseStorage:
     """
     with _LOCK:
         if url not in _STORAGES:
-            timeout = float(os.environ.get("DAMPTUNE_SQLITE_TIMEOUT") or 60)
-            engine_kwargs = ({"connect_args": {"timeout": timeout}} if url.startswith("sqlite")
-                             else {})
-            use_wal(url, timeout=timeout)  # a SQLite file: readers and writers apart
-            _STORAGES[url] = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+            use_wal(url, timeout=sqlite_timeout())  # a SQLite file: readers and writers apart
+            _STORAGES[url] = optuna.storages.RDBStorage(url,
+                                                        engine_kwargs=engine_kwargs_for(url))
         return _STORAGES[url]
 
 

@@ -23,9 +23,8 @@ from mlflow.tracking import MlflowClient
 
 from damptune import DamptuneError
 from tasks.grid import Cell, GridSettings
-from tasks.mlflow_store import prepare_sqlite_store
+from tasks.mlflow_store import open_sqlite_store
 from tasks.retries import retry
-from tasks.sqlite import use_wal
 
 __all__ = [
     "client_for",
@@ -103,8 +102,7 @@ def client_for(tracking_uri: str) -> MlflowClient:
         os.environ.setdefault(name, value)
     with _CLIENTS_LOCK:
         if tracking_uri not in _CLIENTS:
-            prepare_sqlite_store(tracking_uri)  # a new SQLite store: a copy, not 3 s of schema
-            use_wal(tracking_uri)  # a SQLite store: readers and writers apart (tasks.sqlite)
+            open_sqlite_store(tracking_uri)  # a new one a copy, not 3 s of schema; WAL mode
             _CLIENTS[tracking_uri] = MlflowClient(tracking_uri=tracking_uri)
         return _CLIENTS[tracking_uri]
 
