@@ -223,24 +223,6 @@ def train_config(name: str, seeds: list[int], ds: Any, data: Any, calibration: d
 
 # --- objectives from one history -----------------------------------------------------------
 
-def window_means(evals: History, key: str, window: float) -> list[float]:
-    """At each evaluation, the mean of ``key`` over the last ``window`` examples seen, weighted
-    by examples (trapezoid rule between evaluations; a shorter window at the start)."""
-    xs = [float(r["examples_seen"]) for r in evals]
-    ys = [float(r[key]) for r in evals]
-    out = []
-    for i, x in enumerate(xs):
-        lo, area, j = max(x - window, xs[0]), 0.0, i
-        while j > 0 and xs[j - 1] >= lo:
-            area += (xs[j] - xs[j - 1]) * (ys[j] + ys[j - 1]) / 2
-            j -= 1
-        if j > 0 and xs[j] > lo:  # the part of the segment (xs[j-1], xs[j]) inside the window
-            y_lo = ys[j - 1] + (ys[j] - ys[j - 1]) * (lo - xs[j - 1]) / (xs[j] - xs[j - 1])
-            area += (xs[j] - lo) * (ys[j] + y_lo) / 2
-        out.append(area / (x - lo) if x > lo else ys[i])
-    return out
-
-
 def crossing(history: History, evals: History, series: list[float], threshold: float,
              *, below: bool) -> Outcome:
     """Simulated time of the first evaluation whose ``series`` value reaches ``threshold``
@@ -257,10 +239,11 @@ def crossing(history: History, evals: History, series: list[float], threshold: f
 def outcomes(history: History, *, target: float, loss_star: float,
              window: float) -> dict[str, Outcome]:
     """The value (and reached) of each objective variant on one history."""
-    from tasks.objective import objective
+    from tasks.objective import objective, outcome, window_means
 
     evals = [r for r in history if r["kind"] == "eval"]
     value, reached, _ = objective(history, target=target)
+    paper = outcome(history, target=target, kind="budget", window=window)
     acc_ma = window_means(evals, "test_accuracy", window)
     losses = [float(r["test_loss"]) for r in evals]
     loss_ma = window_means(evals, "test_loss", window)
@@ -268,17 +251,7 @@ def outcomes(history: History, *, target: float, loss_star: float,
             "b": crossing(history, evals, acc_ma, target, below=False),
             "c": crossing(history, evals, losses, loss_star, below=True),
             "d": crossing(history, evals, loss_ma, loss_star, below=True),
-            "e": fixed_budget(history, acc_ma, target)}
-
-
-def fixed_budget(history: History, acc_ma: list[float], target: float) -> Outcome:
-    """The AdaDamp paper's objective: the simulated time to train the whole budget, reached
-    when the moving average of test accuracy at its end is at the target or above; a miss is
-    that time scaled up by the relative shortfall (the objective's rule)."""
-    end, final = float(history[-1]["time_sim"]), acc_ma[-1]
-    if final >= target:
-        return end, True
-    return end * (1 + (target - final) / target), False
+            "e": (paper.value, paper.reached)}
 
 
 def loss_star(baseline: list[History], *, target: float) -> float:

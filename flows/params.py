@@ -26,11 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from tasks.choices import GRID_DEVICES, GRID_MODES, PRUNERS, SAMPLERS
+from tasks.choices import GRID_DEVICES, GRID_MODES, OBJECTIVES, PRUNERS, SAMPLERS
 
 __all__ = ["Schema", "PositiveInt", "NonNegativeInt", "Seed", "PositiveFloat",
            "NonNegativeFloat", "Accuracy", "Margin", "SeedCount", "GridName", "Mode", "Device",
-           "Sampler", "Pruner", "Trials", "Epochs", "Target", "Ms"]
+           "Sampler", "Pruner", "Objective", "Trials", "Epochs", "Target", "Ms"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ Mode = Annotated[str, Schema.of(enum=list(GRID_MODES))]
 Device = Annotated[str, Schema.of(enum=list(GRID_DEVICES))]
 Sampler = Annotated[str, Schema.of(enum=list(SAMPLERS))]
 Pruner = Annotated[str, Schema.of(enum=list(PRUNERS))]
+Objective = Annotated[str, Schema.of(enum=list(OBJECTIVES))]
 # one value for every model, or one per model ({"mlp": 12, "cnn": 10}); the dict first, as
 # the defaults are: Prefect's run form opens a union on its first type
 Trials = dict[str, PositiveInt] | PositiveInt

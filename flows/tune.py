@@ -32,6 +32,7 @@ from flows.params import (
     Ms,
     NonNegativeFloat,
     NonNegativeInt,
+    Objective,
     PositiveFloat,
     PositiveInt,
     Pruner,
@@ -88,6 +89,7 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = li
     models: list[str] = list(MODEL_NAMES), dataset: str = "mnist1d", data_root: str | None = None,
     device: Device = "cpu", trials: Trials = DEFAULT_TRIALS, epochs: Epochs = DEFAULT_EPOCHS,
     target_accuracy: Target = DEFAULT_TARGETS, search_margin: Margin = DEFAULT_SEARCH_MARGIN,
+    objective: Objective = "target",
     profile: str = "ddp-100g", mode: Mode = "centralized", per_worker_batch: PositiveInt = 32,
     seed: Seed = 0, data_seed: Seed = 0, sampler: Sampler = "auto", pruner: Pruner = "bound",
     warm_start: bool = True, eval_resolution: NonNegativeFloat = 0.02, overhead_ms: Ms = None,
@@ -112,6 +114,8 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = li
         epochs: training budget of a trial, in epochs (> 0): one number, or {model: epochs}.
         target_accuracy: test accuracy in (0, 1] that stops the clock: one, or {model: accuracy}.
         search_margin: accuracy a search trial must reach above the target, in [0, 1) (held-out 0).
+        objective: target (simulated time to the target accuracy) or budget (time of the whole
+            epoch budget, if the final accuracy, averaged over its last half epoch, is the target).
         profile: simulated network: ddp-100g, decentralized-moderate, decentralized-high,
             centralized, or custom:GBPS:US[:ring|tree|centralized[:OVERHEAD_MS[:PER_RANK_MS]]].
         mode: centralized (parameter server), decentralized (all-reduce) or local (one process).
@@ -281,7 +285,7 @@ def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
         grid_name=params["grid_name"], dataset=params["dataset"],
         data_root=params["data_root"] or "", device=params["device"], trials=params["trials"],
         epochs=params["epochs"], target_accuracy=params["target_accuracy"],
-        search_margin=params["search_margin"],
+        search_margin=params["search_margin"], objective=params["objective"],
         profile=params["profile"], mode=params["mode"],
         per_worker_batch=params["per_worker_batch"], seed=params["seed"],
         data_seed=params["data_seed"],

@@ -218,7 +218,9 @@ def _near_misses(rows: list[dict[str, Any]]) -> str:
             f"seed** ({cells}): they ran out of the search's epochs "
             f"{'–'.join(dict.fromkeys((short[0], short[-1])))} short of it, and reached the "
             "target on most held-out "
-            f"seeds, whose budget is {HELD_OUT_EPOCHS:g}× the search's epochs. These answers "
+            f"seeds, whose budget is {HELD_OUT_EPOCHS:g}× the search's epochs (with the "
+            "`budget` objective, the search's own: there they missed the search's margin). "
+            "These answers "
             "needed more epochs than the search gives on its seed; a larger `epochs` for "
             f"{model} lets the search judge such configurations itself (a trial stops at its "
             "target, so only the trials that miss it train longer).\n")

@@ -4,7 +4,7 @@ read them."""
 
 from __future__ import annotations
 
-__all__ = ["PRUNERS", "GRID_MODES", "GRID_DEVICES", "SAMPLERS"]
+__all__ = ["PRUNERS", "GRID_MODES", "GRID_DEVICES", "SAMPLERS", "OBJECTIVES"]
 
 # "bound": a trial stops once its simulated time exceeds the cell's best value (it can never
 # win); "hyperband", "sha": that, and Optuna's multi-fidelity pruner on the objective so far;
@@ -18,3 +18,7 @@ GRID_MODES = ("centralized", "decentralized", "local")
 GRID_DEVICES = ("cpu", "cuda", "auto")
 # "auto": a Gaussian process for up to two hyperparameters (every damper), TPE above (tasks.search)
 SAMPLERS = ("auto", "tpe", "gp")
+# a trial's value (tasks.objective): "target", the simulated time to the first evaluation at the
+# target accuracy; "budget", the AdaDamp paper's: the simulated time of the whole epoch budget,
+# subject to the final (moving-average) test accuracy reaching the target
+OBJECTIVES = ("target", "budget")

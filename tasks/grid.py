@@ -19,7 +19,7 @@ from damptune.validate import (
     workers_for_ranks,
 )
 from models import DATASETS, MODELS, check_dataset
-from tasks.choices import GRID_DEVICES, GRID_MODES, PRUNERS, SAMPLERS
+from tasks.choices import GRID_DEVICES, GRID_MODES, OBJECTIVES, PRUNERS, SAMPLERS
 
 __all__ = ["Cell", "GridSettings", "checkpoint_path", "cells_of", "shared_across_networks",
            "share_rows", "never_grows", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS",
@@ -101,6 +101,9 @@ class GridSettings:
     # held-out seeds time the target itself (tasks.validation). A configuration that touches
     # the target only on a lucky seed does not win the search (README, "A search margin")
     search_margin: float = DEFAULT_SEARCH_MARGIN
+    # what a trial's value is (tasks.objective): "target", the simulated time to the target;
+    # "budget", the time of the whole budget, subject to the final accuracy reaching it
+    objective: str = "target"
     profile: str = DEFAULT_PROFILE
     mode: str = "centralized"
     per_worker_batch: int = 32  # examples per rank; the cap is network × per_worker_batch
@@ -208,6 +211,7 @@ def cells_of(
                lambda name, v: number_in(name, v, 0, 1, "an accuracy in (0, 1]"))
     _check_trials(settings.trials)
     _check_margin(settings.search_margin)
+    choice("objective", settings.objective, OBJECTIVES)
     _per_model("epochs", settings.epochs, models,
                lambda name, v: positive_float(name, v, "a positive number of epochs"))
     positive_float("lr", settings.lr, "a positive learning rate")

@@ -14,13 +14,33 @@ how far it fell short. Its cell records it with the Optuna constraint ``target_s
 whatever the two values (:func:`tasks.search.best_trial`); among trials that all missed, the
 value orders them. The same formula, applied to a trial still running, is its value if it
 stopped now (:func:`value_so_far`): what the multi-fidelity pruners compare.
+
+**The budget objective** (grid option ``objective="budget"``; the AdaDamp paper's, issue 24):
+the trial trains its whole budget (``epochs``; the engine no longer stops at the target) and
+its value is the simulated time of that budget, subject to the *final accuracy* reaching the
+target: the moving average of test accuracy over the last :data:`FINAL_WINDOW` epoch of
+examples seen (:func:`window_means`, weighted by examples). A miss is that time scaled up by the
+relative shortfall of the final accuracy, as above, and its constraint is target − final
+accuracy (:func:`outcome`). A schedule that does not adapt to the training takes the same
+simulated time on every seed, so the seed's noise moves from the value to the constraint.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["objective", "value_so_far", "first_change_epoch", "SCHEDULE_ATTR"]
+from tasks.choices import OBJECTIVES
+
+__all__ = ["objective", "value_so_far", "first_change_epoch", "SCHEDULE_ATTR", "OBJECTIVES",
+           "FINAL_WINDOW", "VALUE_NAMES", "Outcome", "outcome", "window_means", "final_accuracy"]
+
+# epochs of examples seen over which the budget objective averages the final test accuracy
+FINAL_WINDOW = 0.5
+# what a value is, by objective (the report's and figures' words; "target" for a grid from
+# before the option)
+VALUE_NAMES = {"target": "simulated time to the target",
+               "budget": "simulated time of the epoch budget (final accuracy at the target)"}
 
 # Optuna user attribute of a COMPLETE trial: the epoch its schedule first changed the batch size
 # or the learning rate (None: it trained at its first update's until it stopped)
@@ -57,3 +77,63 @@ def objective(history: list[dict[str, Any]], *, target: float) -> tuple[float, b
             return float(r["time_sim"]), True, best
     end = float(history[-1]["time_sim"]) if history else 0.0
     return value_so_far(end, best_accuracy=best, target=target), False, best
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished trial's result: its value, whether it met the target, its best test
+    accuracy, and its constraint (target − the accuracy the objective reads; 0 when met)."""
+
+    value: float
+    reached: bool
+    best_accuracy: float
+    shortfall: float
+
+
+def outcome(history: list[dict[str, Any]], *, target: float, kind: str = "target",
+            window: float = 0.0) -> Outcome:
+    """The outcome of a finished trial by the objective ``kind`` (:data:`OBJECTIVES`);
+    ``window``: :data:`FINAL_WINDOW` in examples seen (the budget objective's average)."""
+    if kind == "target":
+        value, reached, best = objective(history, target=target)
+        return Outcome(value, reached, best, 0.0 if reached else target - best)
+    evals = [r for r in history if r["kind"] == "eval"]
+    best = max((float(r["test_accuracy"]) for r in evals), default=0.0)
+    final = final_accuracy(evals, window)
+    end = float(history[-1]["time_sim"]) if history else 0.0
+    if final >= target:
+        return Outcome(end, True, best, 0.0)
+    return Outcome(value_so_far(end, best_accuracy=final, target=target), False, best,
+                   target - final)
+
+
+def final_accuracy(evals: list[dict[str, Any]], window: float) -> float:
+    """The moving average of test accuracy at the last evaluation (0 without any)."""
+    if not evals:
+        return 0.0
+    xs, ys = _series(evals, "test_accuracy")
+    return _window_mean(xs, ys, len(xs) - 1, window)
+
+
+def window_means(evals: list[dict[str, Any]], key: str, window: float) -> list[float]:
+    """At each evaluation, the mean of ``key`` over the last ``window`` examples seen, weighted
+    by examples (trapezoid rule between evaluations; a shorter window at the start)."""
+    xs, ys = _series(evals, key)
+    return [_window_mean(xs, ys, i, window) for i in range(len(xs))]
+
+
+def _series(evals: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    return [float(r["examples_seen"]) for r in evals], [float(r[key]) for r in evals]
+
+
+def _window_mean(xs: list[float], ys: list[float], i: int, window: float) -> float:
+    """The mean of ``ys`` over examples seen in ``(xs[i] − window, xs[i]]``."""
+    x = xs[i]
+    lo, area, j = max(x - window, xs[0]), 0.0, i
+    while j > 0 and xs[j - 1] >= lo:
+        area += (xs[j] - xs[j - 1]) * (ys[j] + ys[j - 1]) / 2
+        j -= 1
+    if j > 0 and xs[j] > lo:  # the part of the segment (xs[j-1], xs[j]) inside the window
+        y_lo = ys[j - 1] + (ys[j] - ys[j - 1]) * (lo - xs[j - 1]) / (xs[j] - xs[j - 1])
+        area += (xs[j] - lo) * (ys[j] + y_lo) / 2
+    return area / (x - lo) if x > lo else ys[i]

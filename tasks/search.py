@@ -192,7 +192,8 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
     )
     attrs = study.user_attrs  # one read of the storage: each access of the property reads it
     _check_same_data(study.study_name, attrs, settings)
-    for key, value in {"grid": settings.grid_name, "network": cell.network,
+    for key, value in {"grid": settings.grid_name, "objective": settings.objective,
+                       "network": cell.network,
                        "algorithm": cell.algorithm, "model": cell.model,
                        "stage": cell.stage, "dataset": settings.dataset,
                        "data_seed": settings.data_seed, "profile": settings.profile,
@@ -204,7 +205,8 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
 
 def check_grid_data(settings: GridSettings) -> None:
     """Refuse, before any work, a rerun of a grid on other data than its studies' trials
-    (another ``data_seed``): their values would be compared with each other."""
+    (another ``data_seed``) or with another ``objective``: their values would be compared
+    with each other."""
     prefix = f"{settings.grid_name}/"
     for s in storage_for(settings.storage).get_all_studies():
         if s.study_name.startswith(prefix):
@@ -217,6 +219,18 @@ def _check_same_data(name: str, user_attrs: dict[str, Any], settings: GridSettin
         raise ConfigError("data_seed", settings.data_seed,
                           f"{recorded}, the data_seed of study {name!r}'s trials",
                           "Use another grid_name, with its own run_dir, for other data.")
+    _check_same_objective(name, user_attrs, settings)
+
+
+def _check_same_objective(name: str, user_attrs: dict[str, Any],
+                          settings: GridSettings) -> None:
+    """A study's values are of one objective: a run with another is refused, the study kept
+    (a study from before the option, with attributes but no ``objective``, timed the target)."""
+    recorded = user_attrs.get("objective", "target" if user_attrs else None)
+    if recorded is not None and recorded != settings.objective:
+        raise ConfigError("objective", settings.objective,
+                          f"{recorded!r}, the objective of study {name!r}'s trials",
+                          "Use another grid_name, with its own run_dir, for another objective.")
 
 
 # A COMPLETE trial's Optuna constraint (``Trial.set_constraint``): target − best test

@@ -8,6 +8,7 @@ is the objective of :mod:`tasks.objective`: simulated seconds to the target accu
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,14 @@ from tasks.driver import trial_handle
 from tasks.faults import is_infrastructure_fault
 from tasks.grid import Cell, GridSettings, checkpoint_path
 from tasks.leases import Heartbeat
-from tasks.objective import SCHEDULE_ATTR, first_change_epoch, objective
+from tasks.objective import (
+    FINAL_WINDOW,
+    SCHEDULE_ATTR,
+    Outcome,
+    first_change_epoch,
+    objective,
+    outcome,
+)
 from tasks.registry import dataset_input
 from tasks.results import TrialResult, TrialState
 from tasks.reuse import REUSED_ATTR, TRAINING_ATTR, Source, find_source, training_record
@@ -55,10 +63,12 @@ OUTAGES = (StorageUnavailable, tracking.TrackingUnavailable)
 def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
                  dataset: Any, *, bound: float | None = None,
                  seed: int | None = None) -> TrainConfig:
-    """The engine configuration of one trial. It stops at the model's target accuracy, and
+    """The engine configuration of one trial. It stops at the model's target accuracy (with
+    the budget objective it trains its whole budget: no stop, no dense evaluations), and
     once it has spent ``bound`` simulated seconds (the cell's best value so far: a trial
     slower than that can never win). ``seed``: its training seed (default the grid's; a
     validation trial's held-out seed)."""
+    to_target = settings.objective == "target"
     cap = cap_for(cell.network, settings.per_worker_batch)
     damper_kwargs = {"initial": settings.initial_batch}
     damper_kwargs.update({k: v for k, v in params.items() if k != "lr"})
@@ -73,8 +83,9 @@ def trial_config(settings: GridSettings, cell: Cell, params: dict[str, Any],
         per_worker_batch=settings.per_worker_batch, min_workers=1, max_workers=cell.network,
         max_epochs=settings.epochs_for(cell.model), eval_every=settings.eval_every,
         seed=settings.seed if seed is None else seed,
-        eval_resolution=settings.eval_resolution, eval_dense_margin=settings.eval_dense_margin,
-        target_accuracy=settings.target_of(cell), max_time_sim=bound,
+        eval_resolution=settings.eval_resolution,
+        eval_dense_margin=settings.eval_dense_margin if to_target else 0.0,
+        target_accuracy=settings.target_of(cell) if to_target else None, max_time_sim=bound,
         mode=settings.mode, device=settings.device, profile=settings.profile,
         overhead=_ms(settings.overhead_ms), overhead_per_rank=_ms(settings.overhead_per_rank_ms),
         checkpoint_every=settings.checkpoint_every or None,
@@ -124,8 +135,9 @@ def run_trial(
                     number=number, params=_run_params(grid, c, params, ds, train_seed),
                     seeded_from=seeded_from, dataset=dataset_input(ds, data_seed=grid.data_seed))
         if source is not None:
-            return _reuse(grid, c, source, setup.study, number=number, trial_id=trial_id,
-                          params=params, logger=logger)
+            return _reuse(source, setup.study, judge=_judge(grid, c, ds),
+                          checkpoint=checkpoint_path(grid, c, number), number=number,
+                          trial_id=trial_id, params=params, logger=logger)
         return _train(grid, c, ds, setup, number=number, trial_id=trial_id, params=params,
                       session=session, logger=logger, lease_key=lease_key)
     except OUTAGES as exc:
@@ -188,21 +200,28 @@ def _source(grid: GridSettings, c: Cell, setup: _Setup) -> Source | None:
     return source
 
 
-def _reuse(grid: GridSettings, c: Cell, source: Source, study: optuna.Study, *, number: int,
-           trial_id: int, params: dict[str, Any], logger: MlflowTrialLogger) -> TrialResult:
-    """The trial ends as ``source`` did, untrained: its reports and value in Optuna, its final
+def _judge(grid: GridSettings, c: Cell, ds: Dataset) -> Callable[..., Outcome]:
+    """The grid's objective of a finished history of ``c`` (:func:`tasks.objective.outcome`)."""
+    return functools.partial(outcome, target=grid.target_of(c), kind=grid.objective,
+                             window=FINAL_WINDOW * len(ds.y_train))
+
+
+def _reuse(source: Source, study: optuna.Study, *, judge: Callable[..., Outcome],
+           checkpoint: str, number: int, trial_id: int, params: dict[str, Any],
+           logger: MlflowTrialLogger) -> TrialResult:
+    """The trial ends as ``source``'s training did, untrained: its reports in Optuna, its value
+    and constraint judged on its history (:func:`_judge`: the same training), its final
     metrics in MLflow (:mod:`tasks.reuse`)."""
     handle, record = trial_handle(study, trial_id), source.training
     for step, value in sorted(source.trial.intermediate_values.items()):
         with_storage_retries(functools.partial(handle.report, value, step=step))
-    checkpoint = checkpoint_path(grid, c, number)  # its weights: the cell logs its best's
-    save_checkpoint(checkpoint, load_checkpoint(record["checkpoint"]))
-    reached = bool(record["reached"])
-    result = TrialResult(number, TrialState.COMPLETE, params, value=source.trial.value,
-                         run_id=logger.run_id, reached=reached,
-                         best_accuracy=record["best_accuracy"],
-                         examples_seen=record["examples_seen"],
-                         shortfall=0.0 if reached else grid.target_of(c) - record["best_accuracy"],
+    weights = load_checkpoint(record["checkpoint"])
+    save_checkpoint(checkpoint, weights)  # its weights: the cell logs its best's
+    out = judge(weights["history"])
+    result = TrialResult(number, TrialState.COMPLETE, params, value=out.value,
+                         run_id=logger.run_id, reached=out.reached,
+                         best_accuracy=out.best_accuracy,
+                         examples_seen=record["examples_seen"], shortfall=out.shortfall,
                          reason=f"reused {source.key}",
                          user_attrs={TRAINING_ATTR: {**record, "run_id": logger.run_id,
                                                      "checkpoint": checkpoint},
@@ -219,6 +238,7 @@ def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any], ds: Dataset
             "mode": grid.mode, "device": grid.device,
             "dask_workers": grid.trial_workers(c.network),
             "profile": grid.profile, "target_accuracy": grid.target_of(c),
+            "objective": grid.objective,
             "epochs": grid.epochs_for(c.model), **{f"hp.{k}": v for k, v in params.items()}}
 
 
@@ -268,8 +288,9 @@ def _train(grid: GridSettings, c: Cell, ds: Dataset, setup: _Setup, *, number: i
     training = training_record(config, state.history, workers=grid.trial_workers(c.network))
     if training is not None:  # where a reuse finds its weights (the cell's model is logged)
         training["checkpoint"] = checkpoint_path(grid, c, number)
-    return _outcome(state, number=number, params=params, logger=logger, target=target,
-                    pruned=pruner.pruned, work=worklog.totals(), training=training)
+    return _outcome(state, number=number, params=params, logger=logger,
+                    judge=_judge(grid, c, ds), pruned=pruner.pruned, work=worklog.totals(),
+                    training=training)
 
 
 def _complete_attrs(state: TrainState, training: dict[str, Any] | None) -> dict[str, Any]:
@@ -290,7 +311,7 @@ def _schedule_of(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
 
 
 def _outcome(state: TrainState, *, number: int, params: dict[str, Any],
-             logger: MlflowTrialLogger, target: float, pruned: bool,
+             logger: MlflowTrialLogger, judge: Callable[..., Outcome], pruned: bool,
              work: dict[str, Any], training: dict[str, Any] | None) -> TrialResult:
     """The trial's result from its final state; its MLflow run ends accordingly. A trial
     stopped by its simulated-time bound is PRUNED: it could not beat the cell's best."""
@@ -298,16 +319,16 @@ def _outcome(state: TrainState, *, number: int, params: dict[str, Any],
         logger.end("KILLED")
         return TrialResult(number, TrialState.INTERRUPTED, params, run_id=logger.run_id,
                            reason=state.stopped or "interrupted")
-    value, reached, best = objective(state.history, target=target)
-    bounded = not reached and state.stopped == STOPPED_BY_BOUND
+    out = judge(state.history)
+    bounded = not out.reached and state.stopped == STOPPED_BY_BOUND
     complete = not (pruned or bounded)
     if training is not None:  # what a trial of another network size may reuse (tasks.reuse)
-        training = {**training, "run_id": logger.run_id, "reached": reached,
-                    "best_accuracy": best, "examples_seen": state.examples_seen}
+        training = {**training, "run_id": logger.run_id, "reached": out.reached,
+                    "best_accuracy": out.best_accuracy, "examples_seen": state.examples_seen}
     result = TrialResult(number, TrialState.COMPLETE if complete else TrialState.PRUNED,
-                         params, value=value, run_id=logger.run_id, reached=reached,
-                         best_accuracy=best, examples_seen=state.examples_seen,
-                         shortfall=0.0 if reached else target - best,
+                         params, value=out.value, run_id=logger.run_id, reached=out.reached,
+                         best_accuracy=out.best_accuracy, examples_seen=state.examples_seen,
+                         shortfall=out.shortfall,
                          reason=state.stopped or "",
                          user_attrs=_complete_attrs(state, training) if complete else {})
     logger.finish(result, state, work)

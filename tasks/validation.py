@@ -126,16 +126,17 @@ HELD_OUT_EPOCHS = 1.5
 def validation_settings(grid: GridSettings, *, source: Cell) -> dict[str, Any]:
     """A validation cell's settings (as a dict, like a search cell's ``grid.to_dict()``):
     one trial per held-out seed, trained to the target or :data:`HELD_OUT_EPOCHS` times the
-    search's epoch budget (no bound: every seed's time is measured), no warm start; the
+    search's epoch budget (with the budget objective, the budget itself: it is what is timed;
+    no bound: every seed's time is measured), no warm start; the
     search's trial total is kept
     (``extra["search_trials"]``): only a finished search is validated; and the search cell
     whose best it retrains (``extra["source"]``, :func:`source_cell`)."""
     settings = grid.to_dict()
     extra = {**settings.get("extra", {}), "search_trials": grid.trials_for(source.model),
              "source": dataclasses.asdict(source)}
-    epochs = settings["epochs"]
-    longer = ({model: e * HELD_OUT_EPOCHS for model, e in epochs.items()}
-              if isinstance(epochs, dict) else epochs * HELD_OUT_EPOCHS)
+    epochs, factor = settings["epochs"], HELD_OUT_EPOCHS if grid.objective == "target" else 1
+    longer = ({model: e * factor for model, e in epochs.items()}
+              if isinstance(epochs, dict) else epochs * factor)
     return {**settings, "trials": grid.validation_seeds, "pruner": "none", "epochs": longer,
             "warm_start": False, "extra": extra}
 
