@@ -40,7 +40,7 @@ FINAL_WINDOW = 0.5
 # what a value is, by objective (the report's and figures' words; "target" for a grid from
 # before the option)
 VALUE_NAMES = {"target": "simulated time to the target",
-               "budget": "simulated time of the epoch budget (final accuracy at the target)"}
+               "budget": "simulated time of the epoch budget"}
 
 # Optuna user attribute of a COMPLETE trial: the epoch its schedule first changed the batch size
 # or the learning rate (None: it trained at its first update's until it stopped)

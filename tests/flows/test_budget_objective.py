@@ -48,6 +48,9 @@ def test_budget_trials_train_their_whole_budget_and_are_valued_at_its_time(tmp_p
         assert reached == (run.data.params["stage"] == "validation")
         assert (run.data.metrics["objective"] == run.data.metrics["time_sim_total"]) == reached
 
+    with open(f"{run_dir}/report/report.md") as f:  # the report says what its values are
+        assert "Mean simulated time of the epoch budget, in seconds" in f.read()
+
     storage = f"sqlite:///{run_dir}/optuna.db"
     settings = GridSettings(run_dir=run_dir, grid_name="b")
     for name, cell in (("b/n2/geodamp/mlp", Cell(2, "geodamp", "mlp")),
