@@ -26,7 +26,8 @@ by seed, and the tied-best set. Goals (issue 24):
 * printed: the best damped algorithm's speedup at each network size, with its CI, both runs.
 
 Run: ``python bench/answer_stability.py [--seeds 0,1] [--trials 8] [--validation-seeds 8]
-[--mode local] [--data-seed 0]``, or on two finished grids ``python bench/answer_stability.py
+[--mode local] [--data-seed 0] [--objective budget --target mlp=0.6,cnn=0.83]``, or on two
+finished grids ``python bench/answer_stability.py
 --run-dirs A,B [--held-out 3,4,6]``: ``--held-out`` also answers from each grid's first K
 held-out seeds only, what grids with ``validation_seeds=K`` would have answered (the seeds
 are a prefix; a cell whose answer misses on most of its K seeds would have retrained a
@@ -130,9 +131,11 @@ def run_grid(seed: int, args: argparse.Namespace) -> Answer:
     run_dir = os.path.join(args.run_dir, name)
     params = dict(seed=seed, data_seed=int(args.data_seed), mode=args.mode, grid_name=name,
                   run_dir=run_dir, validation_seeds=args.validation_seeds)
-    for key in ("trials", "networks", "algorithms", "models"):
+    for key in ("trials", "networks", "algorithms", "models", "objective"):
         if getattr(args, key) is not None:  # a smaller grid: a smoke test of this script
             params[key] = getattr(args, key)
+    if args.target is not None:
+        params["target_accuracy"] = args.target
     try:
         tune(**params)
     except Exception as exc:  # noqa: BLE001 - an incomplete grid is reported, then measured
@@ -434,6 +437,21 @@ def _near(a: dict[str, Any], b: dict[str, Any], within: float) -> bool:
         else a[k] == b[k] for k in a)
 
 
+def _targets(text: str) -> dict[str, float]:
+    """``mlp=0.6,cnn=0.83`` as the flow's per-model ``target_accuracy`` (the flow checks it)."""
+    out = {}
+    for item in text.split(","):
+        model, sep, value = item.partition("=")
+        try:
+            out[model] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not model:
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is not accepted; expected MODEL=ACCURACY, e.g. mlp=0.6")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1])
@@ -445,6 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--networks", type=lambda t: [int(x) for x in t.split(",")])
     parser.add_argument("--algorithms", type=lambda t: t.split(","))
     parser.add_argument("--models", type=lambda t: t.split(","))
+    parser.add_argument("--objective", choices=("target", "budget"),
+                        help="the grids' objective (default: the flow's, target)")
+    parser.add_argument("--target", type=_targets, metavar="MODEL=ACC,...",
+                        help="the grids' target accuracies, e.g. mlp=0.6,cnn=0.83 (default: "
+                        "the flow's)")
     parser.add_argument("--run-dirs", type=lambda t: t.split(","),
                         help="A,B: compare two finished grids' run directories (e.g. `make run`'s "
                         "runs/grid and a `damptune tune --seed 1` of the same grid) instead of "
