@@ -212,18 +212,21 @@ def _near_misses(rows: list[dict[str, Any]]) -> str:
         if not near:
             continue
         short = [f"{v:.3g}" for v in sorted(r["search_shortfall"] for r in near)]
+        span = "–".join(dict.fromkeys((short[0], short[-1])))
         cells = ", ".join(f"n{r['network']} {r['algorithm']}" for r in near)
+        head = (f"**{model}: {len(near)} of {len(own)} answers missed the search's target on "
+                f"its seed** ({cells}): ")
+        if all(r.get("objective") == "budget" for r in near):  # held-out: the same budget
+            out.append(head + f"their final accuracy fell {span} short of it (the target plus "
+                       "`search_margin`), and reached the target on most held-out seeds, "
+                       "which train the same budget.\n")
+            continue
         out.append(
-            f"**{model}: {len(near)} of {len(own)} answers missed the search's target on its "
-            f"seed** ({cells}): they ran out of the search's epochs "
-            f"{'–'.join(dict.fromkeys((short[0], short[-1])))} short of it, and reached the "
-            "target on most held-out "
-            f"seeds, whose budget is {HELD_OUT_EPOCHS:g}× the search's epochs (with the "
-            "`budget` objective, the search's own: there they missed the search's margin). "
-            "These answers "
-            "needed more epochs than the search gives on its seed; a larger `epochs` for "
-            f"{model} lets the search judge such configurations itself (a trial stops at its "
-            "target, so only the trials that miss it train longer).\n")
+            head + f"they ran out of the search's epochs {span} short of it, and reached the "
+            f"target on most held-out seeds, whose budget is {HELD_OUT_EPOCHS:g}× the search's "
+            "epochs. These answers needed more epochs than the search gives on its seed; a "
+            f"larger `epochs` for {model} lets the search judge such configurations itself (a "
+            "trial stops at its target, so only the trials that miss it train longer).\n")
     return "\n".join(out)
 
 

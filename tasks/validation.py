@@ -334,6 +334,7 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
             "algorithm": str(attrs["algorithm"]) + (MATCHED_SUFFIX if attrs["stage"] == "matched"
                                                     else ""),
             "model": str(attrs["model"]), "study": s.study_name,
+            "objective": attrs.get("objective", "target"),
             "values": {int(t.user_attrs[TRAIN_SEED]): float(t.value or 0.0) for t in done},
             "reached": {int(t.user_attrs[TRAIN_SEED]): reached_target(t) for t in done},
             "params": dict(done[0].params) if done else {},
