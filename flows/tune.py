@@ -89,10 +89,10 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = li
     models: list[str] = list(MODEL_NAMES), dataset: str = "mnist1d", data_root: str | None = None,
     device: Device = "cpu", trials: Trials = DEFAULT_TRIALS, epochs: Epochs = DEFAULT_EPOCHS,
     target_accuracy: Target = DEFAULT_TARGETS, search_margin: Margin = DEFAULT_SEARCH_MARGIN,
-    objective: Objective = "target",
-    profile: str = "ddp-100g", mode: Mode = "centralized", per_worker_batch: PositiveInt = 32,
-    seed: Seed = 0, data_seed: Seed = 0, sampler: Sampler = "auto", pruner: Pruner = "bound",
-    warm_start: bool = True, eval_resolution: NonNegativeFloat = 0.02, overhead_ms: Ms = None,
+    objective: Objective = "target", profile: str = "ddp-100g", mode: Mode = "centralized",
+    per_worker_batch: PositiveInt = 32, seed: Seed = 0, data_seed: Seed = 0,
+    sampler: Sampler = "auto", pruner: Pruner = "bound", warm_start: bool = True,
+    eval_resolution: NonNegativeFloat = 0.02, overhead_ms: Ms = None,
     overhead_per_rank_ms: Ms = None, grid_name: GridName = "grid", run_dir: str | None = None,
     storage: str | None = None, tracking_uri: str | None = None, cluster: str = "local",
     max_concurrent_cells: PositiveInt = 2, max_concurrent_trials: PositiveInt = 1,
@@ -114,10 +114,8 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = li
         epochs: training budget of a trial, in epochs (> 0): one number, or {model: epochs}.
         target_accuracy: test accuracy in (0, 1] that stops the clock: one, or {model: accuracy}.
         search_margin: accuracy a search trial must reach above the target, in [0, 1) (held-out 0).
-        objective: target (simulated time to the target accuracy) or budget (time of the whole
-            epoch budget, if the final accuracy, averaged over its last half epoch, is the target).
-        profile: simulated network: ddp-100g, decentralized-moderate, decentralized-high,
-            centralized, or custom:GBPS:US[:ring|tree|centralized[:OVERHEAD_MS[:PER_RANK_MS]]].
+        objective: target (simulated time to the target) or budget (of all epochs, if accurate).
+        profile: a named network, e.g. ddp-100g (README "Network cost model"), or custom:GBPS:US.
         mode: centralized (parameter server), decentralized (all-reduce) or local (one process).
         per_worker_batch: examples per rank (>= 1); a cell's batch cap is network x this.
         seed: integer seed of the training (initial weights, data order) and of the sampler.
@@ -141,8 +139,7 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = li
         max_cluster_lifetime: e.g. "6h": trials checkpoint and stop before the cluster is this old.
         trial_attempts: tries of a trial that cluster faults interrupt, in one run (>= 1).
         worker_wait: seconds a trial waits for its workers before it is interrupted (> 0).
-        workers_per_trial: Dask workers per trial (0: one per rank; None: on cluster local, cpu,
-            centralized, the cores shared by the trials at once, else 0; README "Clusters").
+        workers_per_trial: Dask workers per trial (0: one per rank; None: README "Clusters").
         validation_seeds: held-out training seeds each cell's best is retrained on (0 to 100).
         sampler_seed: integer seed of the search's sampler (None: seed).
         system_metrics: true: MLflow's system metrics (CPU, memory, ...) on every trial's run.
