@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tasks.grid import ALGORITHMS
-from tasks.objective import VALUE_NAMES
+from tasks.objective import value_name
 
 __all__ = ["draw_figures", "FIGURES"]
 
@@ -54,12 +54,6 @@ def _algorithms(report: dict[str, Any]) -> list[str]:
 
 def _targets(report: dict[str, Any]) -> dict[str, float | None]:
     return {str(r["model"]): r.get("target_accuracy") for r in report["ranking"]}
-
-
-def _value_name(report: dict[str, Any]) -> str:
-    """What the report's values are (:data:`tasks.objective.VALUE_NAMES`)."""
-    kind = next((r.get("objective") for r in report["ranking"]), None) or "target"
-    return VALUE_NAMES[kind]
 
 
 def _panels(plt: Any, n: int, *, height: float = 4.0) -> tuple[Any, list[Any]]:
@@ -123,7 +117,7 @@ def time_vs_network(report: dict[str, Any]) -> Any:
         ax.xaxis.set_minor_locator(NullLocator())
         _axis_scale(ax, [float(r["best_value"]) for r in valued])
         ax.set_xlabel("network size (ranks)")
-        ax.set_ylabel(f"{_value_name(report)} (s)")
+        ax.set_ylabel(f"{value_name(report['ranking'])} (s)")
         ax.set_title(f"{model}: target accuracy {targets.get(model)}")
         ax.grid(alpha=0.3, which="both")
     handles = [Line2D([], [], label=a, **_style(a, algorithms)) for a in algorithms]
@@ -139,7 +133,7 @@ def time_vs_network(report: dict[str, Any]) -> Any:
     if any(r.get("reliable") is False for r in report.get("answer", [])):
         handles.append(Line2D([], [], color="grey", marker="x", linestyle="",
                               label="missed the target on most held-out seeds"))
-    name = _value_name(report)
+    name = value_name(report["ranking"])
     fig.suptitle(f"{name[0].upper()}{name[1:]}, per network size: the search's best "
                  "trial (lines), the answer's configuration on the held-out seeds (bars)"
                  if report.get("answer") else f"Least {name}, per network size")

@@ -33,7 +33,8 @@ from typing import Any
 from tasks.choices import OBJECTIVES
 
 __all__ = ["objective", "value_so_far", "first_change_epoch", "SCHEDULE_ATTR", "OBJECTIVES",
-           "FINAL_WINDOW", "VALUE_NAMES", "Outcome", "outcome", "window_means", "final_accuracy"]
+           "FINAL_WINDOW", "VALUE_NAMES", "value_name", "Outcome", "outcome", "window_means",
+           "final_accuracy"]
 
 # epochs of examples seen over which the budget objective averages the final test accuracy
 FINAL_WINDOW = 0.5
@@ -41,6 +42,12 @@ FINAL_WINDOW = 0.5
 # before the option)
 VALUE_NAMES = {"target": "simulated time to the target",
                "budget": "simulated time of the epoch budget"}
+
+
+def value_name(rows: list[dict[str, Any]]) -> str:
+    """What a report's values are (:data:`VALUE_NAMES`), by its rows' ``objective`` (the
+    first row's; none: ``"target"``, a grid from before the option)."""
+    return VALUE_NAMES[next((r.get("objective") for r in rows), None) or "target"]
 
 # Optuna user attribute of a COMPLETE trial: the epoch its schedule first changed the batch size
 # or the learning rate (None: it trained at its first update's until it stopped)

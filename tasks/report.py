@@ -26,7 +26,7 @@ from tasks.answer import (
 from tasks.figures import draw_figures
 from tasks.grid import Cell, GridSettings, checkpoint_path, never_grows, share_rows
 from tasks.headroom import headroom_markdown, headroom_rows
-from tasks.objective import VALUE_NAMES
+from tasks.objective import value_name
 from tasks.search import storage_for, summarize
 from tasks.stats import ANSWER_COLUMNS, answer_rows
 from tasks.validation import validation_rows
@@ -249,10 +249,10 @@ def _headroom_section(report: dict[str, Any]) -> str:
 def _answer_section(report: dict[str, Any]) -> str:
     if not report.get("answer"):
         return ""
-    kind = next((r.get("objective") for r in report.get("ranking", [])), None) or "target"
     return ("## The answer: each cell's best configuration on the held-out seeds\n\n"
-            f"Mean {VALUE_NAMES[kind]}, in seconds, over the same held-out training seeds for "
-            "every algorithm; speedups are paired by seed (geometric mean, 95 % CI).\n\n"
+            f"Mean {value_name(report.get('ranking', []))}, in seconds, over the same held-out "
+            "training seeds for every algorithm; speedups are paired by seed (geometric mean, "
+            "95 % CI).\n\n"
             + answer_markdown(report["answer"]) + "\n")
 
 
