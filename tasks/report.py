@@ -27,7 +27,7 @@ from tasks.figures import draw_figures
 from tasks.grid import Cell, GridSettings, checkpoint_path, never_grows, share_rows
 from tasks.headroom import headroom_markdown, headroom_rows
 from tasks.objective import value_name
-from tasks.search import storage_for, summarize
+from tasks.search import storage_for, study_objective, summarize
 from tasks.stats import ANSWER_COLUMNS, answer_rows
 from tasks.validation import validation_rows
 
@@ -96,7 +96,7 @@ def grid_rows(storage: str, *, grid_name: str | None = None,
                     stage=stage)
         rows.append({**summarize(study, cell), "grid": attrs.get("grid"),
                      "target_accuracy": attrs.get("target_accuracy"),
-                     "objective": attrs.get("objective", "target"),
+                     "objective": study_objective(attrs),
                      "profile": attrs.get("profile")})
     rows.sort(key=lambda r: (r["network"], r["algorithm"], r["model"]))
     return rows

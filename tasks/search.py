@@ -24,7 +24,8 @@ __all__ = [
     "sqlite_timeout", "engine_kwargs_for",
     "storage_for", "study_name", "open_study", "distributions", "study_space", "FINISHED",
     "best_value", "best_trial", "reached_target", "TARGET_CONSTRAINT",
-    "finished_in_grid", "check_grid_data", "sampler_for", "sampler_kind", "pruner_for",
+    "finished_in_grid", "check_grid_data", "study_objective", "sampler_for", "sampler_kind",
+    "pruner_for",
     "pruner_acts_on_reports",
     "trial_seed", "with_storage_retries",
     "StorageUnavailable",
@@ -222,11 +223,17 @@ def _check_same_data(name: str, user_attrs: dict[str, Any], settings: GridSettin
     _check_same_objective(name, user_attrs, settings)
 
 
+def study_objective(user_attrs: dict[str, Any]) -> str:
+    """The objective a study's values are of (its user attribute; ``"target"`` for a study
+    from before the option: the only objective there was)."""
+    return str(user_attrs.get("objective", "target"))
+
+
 def _check_same_objective(name: str, user_attrs: dict[str, Any],
                           settings: GridSettings) -> None:
     """A study's values are of one objective: a run with another is refused, the study kept
     (a study from before the option, with attributes but no ``objective``, timed the target)."""
-    recorded = user_attrs.get("objective", "target" if user_attrs else None)
+    recorded = study_objective(user_attrs) if user_attrs else None  # None: a new study
     if recorded is not None and recorded != settings.objective:
         raise ConfigError("objective", settings.objective,
                           f"{recorded!r}, the objective of study {name!r}'s trials",

@@ -57,6 +57,7 @@ from tasks.search import (
     reached_target,
     storage_for,
     study_name,
+    study_objective,
 )
 from tasks.stats import mostly_reached
 
@@ -334,7 +335,7 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
             "algorithm": str(attrs["algorithm"]) + (MATCHED_SUFFIX if attrs["stage"] == "matched"
                                                     else ""),
             "model": str(attrs["model"]), "study": s.study_name,
-            "objective": attrs.get("objective", "target"),
+            "objective": study_objective(attrs),
             "values": {int(t.user_attrs[TRAIN_SEED]): float(t.value or 0.0) for t in done},
             "reached": {int(t.user_attrs[TRAIN_SEED]): reached_target(t) for t in done},
             "params": dict(done[0].params) if done else {},
