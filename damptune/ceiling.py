@@ -5,8 +5,9 @@ A schedule that starts at the baseline's batch ``B0`` on one rank and grows to t
 first growth, and by at most the per-epoch speedup at the cap::
 
     s        = epoch time at B0 on one rank / epoch time at the cap on P ranks
-    φ        = share of the baseline's time to target after the earliest growth of any
-               configuration that still reaches the target
+    φ        = share of the baseline's time to target (or of its epoch budget, when that
+               is what is timed) after the earliest growth of any configuration that
+               still reaches the target
     ceiling  = 1 / ((1 − φ) + φ / s)                                    (Amdahl's law)
 
 A grid whose measured speedups sit far below its ceiling leaves room to the search; a grid
@@ -66,20 +67,26 @@ def first_growth(history: Iterable[dict[str, Any]], *, initial_batch: int) -> in
     return None
 
 
-def growth_share(baseline: list[dict[str, Any]], cost: CostModel, *, target: float,
+def growth_share(baseline: list[dict[str, Any]], cost: CostModel, *, target: float | None,
                  growth_examples: int) -> float | None:
     """``φ``: the share of the baseline's simulated time to ``target`` spent after it had
-    seen ``growth_examples`` examples (None: the baseline never reached the target)."""
-    reached = time_to_target(baseline, cost, target=target)
-    if not reached.reached or reached.simulated_seconds <= 0:
+    seen ``growth_examples`` examples (None: the baseline never reached the target). With
+    ``target`` None, the share of its whole history's time: a run timed on a fixed budget."""
+    times = simulated_times(baseline, cost)
+    if target is None:
+        total = times[-1] if times else 0.0
+    else:
+        reached = time_to_target(baseline, cost, target=target)
+        total = reached.simulated_seconds if reached.reached else 0.0
+    if total <= 0:
         return None
     before = 0.0
-    for record, t in zip(baseline, simulated_times(baseline, cost), strict=True):
+    for record, t in zip(baseline, times, strict=True):
         if record.get("kind", "update") == "update":
             if int(record["examples_seen"]) > growth_examples:
                 break
             before = t
-    return max(0.0, 1.0 - before / reached.simulated_seconds)
+    return max(0.0, 1.0 - before / total)
 
 
 def ceiling(*, s: float, phi: float) -> float:

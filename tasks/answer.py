@@ -13,7 +13,8 @@ from typing import Any
 
 from damptune import TrainConfig
 from damptune.dampers import DAMPERS
-from damptune.netmodel import PROFILES, Network, time_to_target
+from damptune.netmodel import PROFILES, Network, simulated_times, time_to_target
+from tasks.objective import FINAL_WINDOW, outcome
 from tasks.stats import RESOLVE_CAP
 from tasks.validation import HELD_OUT_EPOCHS, MATCHED_SUFFIX
 
@@ -94,9 +95,11 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else float(seconds) * 1e3
 
 
-def replay_on_profiles(ckpt: dict[str, Any], *, target: float,
+def replay_on_profiles(ckpt: dict[str, Any], *, target: float, objective: str = "target",
                        profiles: dict[str, Network] | None = None) -> list[dict[str, Any]]:
-    """The run's time to ``target`` on every network profile (default: the named ones).
+    """The run's value on every network profile (default: the named ones): its time to
+    ``target``, or with ``objective`` "budget" the time of its whole history when its final
+    accuracy reached ``target`` (:func:`tasks.objective.outcome`; the same on every profile).
 
     The run's history is replayed through its own cost model (compute calibration, model size,
     damper's work) on each profile's network, with the run's overhead override when its
@@ -106,10 +109,20 @@ def replay_on_profiles(ckpt: dict[str, Any], *, target: float,
     config = TrainConfig.from_dict(ckpt["config"])
     cost = config.cost_model(n_params_of(ckpt))
     norm = bool(config.make_damper().uses_grad_norm)
+    history = ckpt["history"]
+    budget = objective == "budget" and outcome(history, target=target, kind=objective,
+                                               window=FINAL_WINDOW * config.n_train).reached
+    last = next((int(r["update"]) for r in reversed(history) if r["kind"] == "update"), None)
     rows = []
     for name, network in (profiles or PROFILES).items():
-        net = network.with_overhead(_ms(config.overhead), _ms(config.overhead_per_rank))
-        ttt = time_to_target(ckpt["history"], cost.with_network(net), target=target, norm=norm)
+        net = cost.with_network(network.with_overhead(_ms(config.overhead),
+                                                      _ms(config.overhead_per_rank)))
+        if objective == "budget":
+            seconds = simulated_times(history, net, norm=norm)[-1] if budget else None
+            rows.append({"profile": name, "reached": budget, "seconds": seconds,
+                         "updates": last})
+            continue
+        ttt = time_to_target(history, net, target=target, norm=norm)
         rows.append({"profile": name, "reached": ttt.reached,
                      "seconds": ttt.simulated_seconds if ttt.reached else None,
                      "updates": ttt.update})

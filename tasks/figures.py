@@ -221,7 +221,7 @@ def profiles_bars(report: dict[str, Any]) -> Any:
                     ax.text(x, 0.02, "n/r", transform=blended(ax.transData, ax.transAxes),
                             ha="center", va="bottom", fontsize=8, color="dimgrey")
         ax.set_xticks(range(len(algorithms)), algorithms, rotation=20, ha="right")
-        ax.set_ylabel("simulated time to target (s)")
+        ax.set_ylabel(f"{value_name(report['ranking'])} (s)")
         ax.set_title(f"{model}, {largest} ranks: best trials on each profile"
                      if largest else f"{model}: no history available")
         ax.grid(alpha=0.3, axis="y")

@@ -1,8 +1,9 @@
 """How much the grid's cost model lets damping win: the ceiling of each (network, model) pair.
 
 From the grid's own trials (:mod:`damptune.ceiling`): ``s``, the per-epoch speedup at the
-cap on the grid's network profile; ``φ``, the share of the baseline's time to target after the
-earliest growth of any searched configuration that reached the target at that network size;
+cap on the grid's network profile; ``φ``, the share of the baseline's time to target (under the
+budget objective: of its epoch budget) after the earliest growth of any searched configuration
+that reached the target at that network size (its final accuracy, under the budget objective);
 and the Amdahl ceiling ``1 / ((1 − φ) + φ / s)`` on any damped speedup. Printed in the report
 beside the speedups measured, so a user sees whether the algorithms or the cost model set
 the answer.
@@ -11,6 +12,8 @@ the answer.
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -21,7 +24,7 @@ from damptune.config import TrainConfig
 from damptune.errors import DamptuneError
 from tasks.answer import BASELINE, n_params_of
 from tasks.grid import Cell, GridSettings, checkpoint_path, never_grows
-from tasks.objective import objective
+from tasks.objective import FINAL_WINDOW, outcome
 
 __all__ = ["headroom_rows", "headroom_markdown"]
 
@@ -34,9 +37,10 @@ def _checkpoint(grid: GridSettings, cell: Cell, number: int) -> dict[str, Any] |
 
 
 def _earliest_growth(grid: GridSettings, cells: list[dict[str, Any]], *, storage: str,
-                     target: float, initial_batch: int) -> int | None:
+                     reached: Callable[[list[dict[str, Any]]], bool],
+                     initial_batch: int) -> int | None:
     """Fewest examples seen before a batch grew past ``initial_batch``, over every finished
-    search trial of ``cells`` whose history reached ``target`` (None: none did)."""
+    search trial of ``cells`` whose history ``reached`` the target (None: none did)."""
     earliest = None
     for row in cells:
         cell = Cell(int(row["network"]), str(row["algorithm"]), str(row["model"]))
@@ -44,7 +48,7 @@ def _earliest_growth(grid: GridSettings, cells: list[dict[str, Any]], *, storage
         for trial in study.get_trials(deepcopy=False,
                                       states=(optuna.trial.TrialState.COMPLETE,)):
             ckpt = _checkpoint(grid, cell, trial.number)
-            if ckpt is None or not objective(ckpt["history"], target=target)[1]:
+            if ckpt is None or not reached(ckpt["history"]):
                 continue
             grew = first_growth(ckpt["history"], initial_batch=initial_batch)
             if grew is not None and (earliest is None or grew < earliest):
@@ -56,28 +60,33 @@ def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, A
           storage: str, network: int,
           profiles: tuple[str | None, ...]) -> list[dict[str, Any]]:
     """The pair's row on each of ``profiles`` (None: the grid's own); the checkpoints are read
-    once, whatever the number of profiles."""
+    once, whatever the number of profiles. The target and the objective are the baseline's
+    study's: under the budget objective, ``φ`` is a share of the baseline's whole budget and a
+    configuration reached the target when its final accuracy did."""
     base_cell = Cell(int(baseline.get("searched_network", baseline["network"])), BASELINE,
                      str(baseline["model"]))
-    if baseline.get("best_trial") is None:
+    if baseline.get("best_trial") is None or baseline.get("target_accuracy") is None:
         return []
     ckpt = _checkpoint(grid, base_cell, int(baseline["best_trial"]))
     if ckpt is None:
         return []
     own = TrainConfig.from_dict(ckpt["config"])
-    if own.target_accuracy is None:  # a trial of the grid always has one
-        return []
-    target, n_params = float(own.target_accuracy), n_params_of(ckpt)
+    target, n_params = float(baseline["target_accuracy"]), n_params_of(ckpt)
+    kind = str(baseline.get("objective") or "target")
+    judge = functools.partial(outcome, target=target, kind=kind,
+                              window=FINAL_WINDOW * own.n_train)
     b0 = int(own.damper_kwargs.get("initial", own.per_worker_batch))
-    grew = _earliest_growth(grid, damped, storage=storage, target=target, initial_batch=b0)
+    grew = _earliest_growth(grid, damped, storage=storage, initial_batch=b0,
+                            reached=lambda history: judge(history).reached)
     rows = []
     for profile in profiles:  # the same run costed on another network (its overrides kept)
         config = own if profile is None else dataclasses.replace(own, profile=profile)
         cost = config.cost_model(n_params)
         s = epoch_speedup(cost, examples=int(config.n_train), initial_batch=b0,
                           per_worker_batch=int(config.per_worker_batch), n_ranks=network)
-        phi = (growth_share(ckpt["history"], cost, target=target, growth_examples=grew)
-               if grew is not None else None)
+        phi = (growth_share(ckpt["history"], cost, growth_examples=grew,
+                            target=None if kind == "budget" else target)
+               if grew is not None and judge(ckpt["history"]).reached else None)
         rows.append({"network": network, "model": baseline["model"],
                      "profile": config.profile, "s": s, "phi": phi, "growth_examples": grew,
                      "ceiling": ceiling(s=s, phi=phi) if phi is not None else None})

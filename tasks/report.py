@@ -197,7 +197,8 @@ def build_report(rows: list[dict[str, Any]], *, run_dir: str, checkpoint_root: s
         key = {"network": row["network"], "model": row["model"], "algorithm": row["algorithm"]}
         curves.append({**key, "curve": eval_curve(ckpt["history"])})
         try:
-            replay = replay_on_profiles(ckpt, target=float(row["target_accuracy"]))
+            replay = replay_on_profiles(ckpt, target=float(row["target_accuracy"]),
+                                        objective=str(row.get("objective") or "target"))
         except (DamptuneError, KeyError, TypeError, ValueError) as exc:
             cells[-1]["history"] = f"ok; replay on the profiles unavailable: {exc}"
             continue
@@ -239,8 +240,9 @@ def _headroom_section(report: dict[str, Any]) -> str:
             measured[key] = float(row["speedup"])
     return ("## What the cost model lets damping win\n\n"
             "`s`: an epoch at the cap on P ranks against an epoch at B0 on one rank, on the "
-            "grid's profile. `φ`: the share of the baseline's time to the target after the "
-            "earliest growth of any searched configuration that reached the target. Ceiling: "
+            f"grid's profile. `φ`: the share of the baseline's {value_name(report['ranking'])} "
+            "after the earliest growth of any searched configuration that reached the target. "
+            "Ceiling: "
             "`1 / ((1 − φ) + φ / s)`, the most any damped schedule could win (statistical "
             "efficiency aside). Measured: the answer's best damped speedup (held-out seeds).\n\n"
             + headroom_markdown(report["headroom"], measured) + "\n")
@@ -298,7 +300,7 @@ def write_report(report: dict[str, Any], out_dir: str, *, title: str = "",
                       + _headroom_section(report)
                       + "## The search: best trial per cell\n\n" + _budget(ranking)
                       + ranking_markdown(ranking)
-                      + "\n## Replayed on every network profile (simulated s to target)\n\n"
+                      + f"\n## Replayed on every network profile ({value_name(ranking)}, s)\n\n"
                       + (profiles_markdown(report["profiles"]) if report["profiles"]
                          else "no history available\n") + "\n## Figures\n\n"
                       + "".join(f"![{os.path.basename(p)}]({os.path.basename(p)})\n"

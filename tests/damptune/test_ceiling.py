@@ -65,6 +65,9 @@ def test_growth_share_is_the_baselines_time_after_the_growth_point():
     assert growth_share(baseline, cost, target=0.9, growth_examples=0) == pytest.approx(1.0)
     assert growth_share(history([32] * 3, target_at=9), cost, target=0.9,
                         growth_examples=0) is None  # never reached: no share
+    # a run timed on its whole budget (target None): the share of all of its 10 s
+    assert growth_share(baseline, cost, target=None, growth_examples=2 * 32) == pytest.approx(
+        8 / 10)
 
 
 def test_ceiling_is_amdahls_law_and_refuses_impossible_inputs():

@@ -4,6 +4,9 @@ its whole epoch budget instead of stopping at the target, its Optuna value is th
 time of that budget and its constraint reads the final accuracy of its own history; a rerun
 with the other objective is refused and the study is kept."""
 
+import csv
+import json
+
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
@@ -71,6 +74,37 @@ def test_budget_trials_train_their_whole_budget_and_are_valued_at_its_time(tmp_p
             assert t.constraints == {"target_shortfall": pytest.approx(shortfall)}
             assert t.value == pytest.approx(history[-1]["time_sim"] * (1 + shortfall / threshold))
             assert (shortfall > 0) == (cell.stage == "search")
+
+
+def test_the_reports_profile_replay_and_ceiling_time_the_budget_too(tmp_path):
+    """Under the budget objective the report's replay on the network profiles and its ceiling
+    (what the cost model lets damping win) read the budget, not the first touch of the target:
+    on the grid's own profile a best trial replays to its Optuna value, and φ is the share of
+    the baseline's whole budget after the earliest growth."""
+    run_dir = str(tmp_path / "h")
+    tune(objective="budget", run_dir=run_dir, **{
+        **GRID, "algorithms": ["geodamplr", "padadamp"], "search_margin": 0.0,
+        "validation_seeds": 0, "grid_name": "h"})
+    with open(f"{run_dir}/report/report.json") as f:
+        ranking = json.load(f)
+    with open(f"{run_dir}/report/profiles.csv") as f:
+        own = {(r["algorithm"]): r for r in csv.DictReader(f) if r["profile"] == "ddp-100g"}
+    assert sorted(own) == ["geodamplr", "padadamp"]
+    for row in ranking:  # each best reached 0.3 at the end of its 2 epochs
+        assert row["reached"] and float(own[row["algorithm"]]["seconds"]) == pytest.approx(
+            row["best_value"], rel=1e-9)
+    with open(f"{run_dir}/report/headroom.json") as f:
+        (room,) = json.load(f)
+    settings = GridSettings(run_dir=run_dir, grid_name="h")
+    baseline = next(r for r in ranking if r["algorithm"] == "geodamplr")
+    history = load_checkpoint(checkpoint_path(settings, Cell(2, "geodamplr", "mlp"),
+                                              baseline["best_trial"]))["history"]
+    updates = [r for r in history if r["kind"] == "update"]
+    grown = room["growth_examples"]
+    assert 0 < grown < updates[-1]["examples_seen"] / 2
+    assert {r["batch_size"] for r in updates} == {32} and {r["n_workers"] for r in updates} == {1}
+    # so φ is the share of its updates after the growth (time to the touch of 0.3: less)
+    assert room["phi"] == pytest.approx(1 - grown / updates[-1]["examples_seen"], rel=1e-9)
 
 
 def test_a_rerun_with_the_other_objective_is_refused_and_keeps_the_study(tmp_path):
