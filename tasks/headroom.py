@@ -78,6 +78,7 @@ def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, A
     b0 = int(own.damper_kwargs.get("initial", own.per_worker_batch))
     grew = _earliest_growth(grid, damped, storage=storage, initial_batch=b0,
                             reached=lambda history: judge(history).reached)
+    met = grew is not None and judge(ckpt["history"]).reached  # else φ has no meaning
     rows = []
     for profile in profiles:  # the same run costed on another network (its overrides kept)
         config = own if profile is None else dataclasses.replace(own, profile=profile)
@@ -86,7 +87,7 @@ def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, A
                           per_worker_batch=int(config.per_worker_batch), n_ranks=network)
         phi = (growth_share(ckpt["history"], cost, growth_examples=grew,
                             target=None if kind == "budget" else target)
-               if grew is not None and judge(ckpt["history"]).reached else None)
+               if met and grew is not None else None)
         rows.append({"network": network, "model": baseline["model"],
                      "profile": config.profile, "s": s, "phi": phi, "growth_examples": grew,
                      "ceiling": ceiling(s=s, phi=phi) if phi is not None else None})

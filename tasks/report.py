@@ -242,9 +242,9 @@ def _headroom_section(report: dict[str, Any]) -> str:
             "`s`: an epoch at the cap on P ranks against an epoch at B0 on one rank, on the "
             f"grid's profile. `φ`: the share of the baseline's {value_name(report['ranking'])} "
             "after the earliest growth of any searched configuration that reached the target. "
-            "Ceiling: "
-            "`1 / ((1 − φ) + φ / s)`, the most any damped schedule could win (statistical "
-            "efficiency aside). Measured: the answer's best damped speedup (held-out seeds).\n\n"
+            "Ceiling: `1 / ((1 − φ) + φ / s)`, the most any damped schedule could win "
+            "(statistical efficiency aside). Measured: the answer's best damped speedup "
+            "(held-out seeds).\n\n"
             + headroom_markdown(report["headroom"], measured) + "\n")
 
 
