@@ -14,7 +14,7 @@ from typing import Any
 from damptune import TrainConfig
 from damptune.dampers import DAMPERS
 from damptune.netmodel import PROFILES, Network, simulated_times, time_to_target
-from tasks.objective import FINAL_WINDOW, outcome
+from tasks.objective import judge
 from tasks.stats import RESOLVE_CAP
 from tasks.validation import HELD_OUT_EPOCHS, MATCHED_SUFFIX
 
@@ -110,8 +110,8 @@ def replay_on_profiles(ckpt: dict[str, Any], *, target: float, objective: str = 
     cost = config.cost_model(n_params_of(ckpt))
     norm = bool(config.make_damper().uses_grad_norm)
     history = ckpt["history"]
-    budget = objective == "budget" and outcome(history, target=target, kind=objective,
-                                               window=FINAL_WINDOW * config.n_train).reached
+    budget = objective == "budget" and judge(target=target, kind=objective,
+                                             n_train=config.n_train)(history).reached
     last = next((int(r["update"]) for r in reversed(history) if r["kind"] == "update"), None)
     rows = []
     for name, network in (profiles or PROFILES).items():

@@ -12,7 +12,6 @@ the answer.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +23,7 @@ from damptune.config import TrainConfig
 from damptune.errors import DamptuneError
 from tasks.answer import BASELINE, n_params_of
 from tasks.grid import Cell, GridSettings, checkpoint_path, never_grows
-from tasks.objective import FINAL_WINDOW, outcome
+from tasks.objective import judge, objective_of
 
 __all__ = ["headroom_rows", "headroom_markdown"]
 
@@ -72,13 +71,12 @@ def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, A
         return []
     own = TrainConfig.from_dict(ckpt["config"])
     target, n_params = float(baseline["target_accuracy"]), n_params_of(ckpt)
-    kind = str(baseline.get("objective") or "target")
-    judge = functools.partial(outcome, target=target, kind=kind,
-                              window=FINAL_WINDOW * own.n_train)
+    kind = objective_of(baseline)
+    met = judge(target=target, kind=kind, n_train=own.n_train)
     b0 = int(own.damper_kwargs.get("initial", own.per_worker_batch))
     grew = _earliest_growth(grid, damped, storage=storage, initial_batch=b0,
-                            reached=lambda history: judge(history).reached)
-    met = grew is not None and judge(ckpt["history"]).reached  # else φ has no meaning
+                            reached=lambda history: met(history).reached)
+    usable = grew is not None and met(ckpt["history"]).reached  # else φ has no meaning
     rows = []
     for profile in profiles:  # the same run costed on another network (its overrides kept)
         config = own if profile is None else dataclasses.replace(own, profile=profile)
@@ -87,7 +85,7 @@ def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, A
                           per_worker_batch=int(config.per_worker_batch), n_ranks=network)
         phi = (growth_share(ckpt["history"], cost, growth_examples=grew,
                             target=None if kind == "budget" else target)
-               if met and grew is not None else None)
+               if usable and grew is not None else None)
         rows.append({"network": network, "model": baseline["model"],
                      "profile": config.profile, "s": s, "phi": phi, "growth_examples": grew,
                      "ceiling": ceiling(s=s, phi=phi) if phi is not None else None})

@@ -27,14 +27,16 @@ simulated time on every seed, so the seed's noise moves from the value to the co
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tasks.choices import OBJECTIVES
 
 __all__ = ["objective", "value_so_far", "first_change_epoch", "SCHEDULE_ATTR", "OBJECTIVES",
-           "FINAL_WINDOW", "VALUE_NAMES", "value_name", "Outcome", "outcome", "window_means",
-           "final_accuracy"]
+           "FINAL_WINDOW", "VALUE_NAMES", "objective_of", "value_name", "Outcome", "outcome",
+           "judge", "window_means", "final_accuracy"]
 
 # epochs of examples seen over which the budget objective averages the final test accuracy
 FINAL_WINDOW = 0.5
@@ -44,10 +46,16 @@ VALUE_NAMES = {"target": "simulated time to the target",
                "budget": "simulated time of the epoch budget"}
 
 
+def objective_of(row: dict[str, Any]) -> str:
+    """The objective of a report row's values (its ``objective``; none: ``"target"``, a grid
+    from before the option)."""
+    return str(row.get("objective") or "target")
+
+
 def value_name(rows: list[dict[str, Any]]) -> str:
-    """What a report's values are (:data:`VALUE_NAMES`), by its rows' ``objective`` (the
-    first row's; none: ``"target"``, a grid from before the option)."""
-    return VALUE_NAMES[next((r.get("objective") for r in rows), None) or "target"]
+    """What a report's values are (:data:`VALUE_NAMES`), by its rows' objective (the first
+    row's, :func:`objective_of`)."""
+    return VALUE_NAMES[objective_of(rows[0]) if rows else "target"]
 
 # Optuna user attribute of a COMPLETE trial: the epoch its schedule first changed the batch size
 # or the learning rate (None: it trained at its first update's until it stopped)
@@ -112,6 +120,12 @@ def outcome(history: list[dict[str, Any]], *, target: float, kind: str = "target
         return Outcome(end, True, best, 0.0)
     return Outcome(value_so_far(end, best_accuracy=final, target=target), False, best,
                    target - final)
+
+
+def judge(*, target: float, kind: str, n_train: int) -> Callable[..., Outcome]:
+    """:func:`outcome` of a finished history of a run on ``n_train`` training examples, by the
+    objective ``kind``: the budget objective averages over :data:`FINAL_WINDOW` of its epochs."""
+    return functools.partial(outcome, target=target, kind=kind, window=FINAL_WINDOW * n_train)
 
 
 def final_accuracy(evals: list[dict[str, Any]], window: float) -> float:

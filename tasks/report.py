@@ -26,7 +26,7 @@ from tasks.answer import (
 from tasks.figures import draw_figures
 from tasks.grid import Cell, GridSettings, checkpoint_path, never_grows, share_rows
 from tasks.headroom import headroom_markdown, headroom_rows
-from tasks.objective import value_name
+from tasks.objective import objective_of, value_name
 from tasks.search import storage_for, study_objective, summarize
 from tasks.stats import ANSWER_COLUMNS, answer_rows
 from tasks.validation import validation_rows
@@ -198,7 +198,7 @@ def build_report(rows: list[dict[str, Any]], *, run_dir: str, checkpoint_root: s
         curves.append({**key, "curve": eval_curve(ckpt["history"])})
         try:
             replay = replay_on_profiles(ckpt, target=float(row["target_accuracy"]),
-                                        objective=str(row.get("objective") or "target"))
+                                        objective=objective_of(row))
         except (DamptuneError, KeyError, TypeError, ValueError) as exc:
             cells[-1]["history"] = f"ok; replay on the profiles unavailable: {exc}"
             continue

@@ -34,12 +34,11 @@ from tasks.faults import is_infrastructure_fault
 from tasks.grid import Cell, GridSettings, checkpoint_path
 from tasks.leases import Heartbeat
 from tasks.objective import (
-    FINAL_WINDOW,
     SCHEDULE_ATTR,
     Outcome,
     first_change_epoch,
+    judge,
     objective,
-    outcome,
 )
 from tasks.registry import dataset_input
 from tasks.results import TrialResult, TrialState
@@ -202,8 +201,7 @@ def _source(grid: GridSettings, c: Cell, setup: _Setup) -> Source | None:
 
 def _judge(grid: GridSettings, c: Cell, ds: Dataset) -> Callable[..., Outcome]:
     """The grid's objective of a finished history of ``c`` (:func:`tasks.objective.outcome`)."""
-    return functools.partial(outcome, target=grid.target_of(c), kind=grid.objective,
-                             window=FINAL_WINDOW * len(ds.y_train))
+    return judge(target=grid.target_of(c), kind=grid.objective, n_train=len(ds.y_train))
 
 
 def _reuse(source: Source, study: optuna.Study, *, judge: Callable[..., Outcome],
