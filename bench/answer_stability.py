@@ -437,22 +437,9 @@ def _near(a: dict[str, Any], b: dict[str, Any], within: float) -> bool:
         else a[k] == b[k] for k in a)
 
 
-def _targets(text: str) -> dict[str, float]:
-    """``mlp=0.6,cnn=0.83`` as the flow's per-model ``target_accuracy`` (the flow checks it)."""
-    out = {}
-    for item in text.split(","):
-        model, sep, value = item.partition("=")
-        try:
-            out[model] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep or not model:
-            raise argparse.ArgumentTypeError(
-                f"{item!r} is not accepted; expected MODEL=ACCURACY, e.g. mlp=0.6")
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
+    from flows.cli import _per_model  # damptune tune's parser of a per-model value
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1])
     parser.add_argument("--trials", type=int, default=None,
@@ -465,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=lambda t: t.split(","))
     parser.add_argument("--objective", choices=("target", "budget"),
                         help="the grids' objective (default: the flow's, target)")
-    parser.add_argument("--target", type=_targets, metavar="MODEL=ACC,...",
+    parser.add_argument("--target", type=_per_model(float), metavar="MODEL=ACC,...",
                         help="the grids' target accuracies, e.g. mlp=0.6,cnn=0.83 (default: "
                         "the flow's)")
     parser.add_argument("--run-dirs", type=lambda t: t.split(","),
