@@ -180,9 +180,7 @@ def _seed(study: optuna.Study, grid: GridSettings) -> int:
         return 0
     seeds, retrain = held_out_seeds(grid), [best]
     if study.user_attrs.get("stage") == "validation":  # a matched cell takes the best only
-        for pick in (_near_miss, _second):
-            tried = [f"{source.key}#{t.number}" for t in retrain]
-            retrain += [t for t in [pick(trials, tried, source)] if t is not None]
+        retrain += [t for t in [_near_miss(trials, [], source)] if t is not None]
     for trial in retrain:
         _enqueue(study, trial, seeds, f"{source.key}#{trial.number}")
     study.set_user_attr(_CANDIDATES, [f"{source.key}#{t.number}" for t in retrain])
@@ -248,7 +246,7 @@ def _retrain_next(study: optuna.Study, grid: GridSettings, tried: list[str],
     runner-up (:func:`_runner_up`: one not retrained yet)."""
     source, searched = _searched(grid)
     trials = searched.get_trials(deepcopy=False)
-    nxt = _near_miss(trials, tried, source) or _second(trials, tried, source)
+    nxt = _near_miss(trials, tried, source)
     if nxt is None and _all_missed(study.get_trials(deepcopy=False), tried, len(seeds)):
         nxt = _runner_up(trials, tried, source)
     if nxt is not None:
@@ -273,24 +271,6 @@ def _near_miss(trials: list[optuna.trial.FrozenTrial], tried: list[str],
     if fastest is None or fastest.params in _retrained(trials, tried, source):
         return None
     return fastest
-
-
-def _second(trials: list[optuna.trial.FrozenTrial], tried: list[str],
-            source: Cell) -> optuna.trial.FrozenTrial | None:
-    """The search's second-fastest configuration that reached the target: its fastest COMPLETE
-    trial that reached it with a greater value than the best (another configuration of the
-    same value trained as the best did on the search's seed, as ``radadamp``'s every trial did
-    in the default grids: its time is flat over its ``rho``). None when there is none, or a
-    trial in ``tried`` has its configuration already."""
-    best = best_trial(trials)
-    if best is None or best.value is None or not reached_target(best):
-        return None
-    others = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
-              and t.value is not None and reached_target(t) and t.value > best.value]
-    second = min(others, key=lambda t: (t.value, t.number), default=None)
-    if second is None or second.params in _retrained(trials, tried, source):
-        return None
-    return second
 
 
 def _retrained(trials: list[optuna.trial.FrozenTrial], tried: list[str],
