@@ -30,9 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import optuna  # noqa: E402
 
 from tasks.search import best_trial  # noqa: E402
-from tasks.validation import SEEDED, _candidates, _enqueue  # noqa: E402
 
-CANDIDATES_ATTR = "validation_candidates"  # tasks.validation's study user attribute
+# the validation module's own helpers and attribute (not its API: an experiment on its data)
+from tasks.validation import _CANDIDATES, SEEDED, _candidates, _enqueue  # noqa: E402
 
 
 def copy_grid(source: str, target: str) -> str:
@@ -41,9 +41,13 @@ def copy_grid(source: str, target: str) -> str:
     if os.path.exists(target):
         raise SystemExit(f"--to: {target!r} exists; give a directory that does not")
     os.makedirs(target)
-    with sqlite3.connect(os.path.join(source, "optuna.db")) as src, \
-            sqlite3.connect(os.path.join(target, "optuna.db")) as dst:
+    src = sqlite3.connect(os.path.join(source, "optuna.db"))
+    dst = sqlite3.connect(os.path.join(target, "optuna.db"))
+    try:
         src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
     with open(os.path.join(source, "grid.json")) as f:
         meta = json.load(f)
     meta = {k: v.replace(os.path.abspath(source), os.path.abspath(target))
@@ -80,7 +84,7 @@ def pool(storage: str) -> tuple[int, int]:
             tag = f"{net}/{alg}/{mod}#{best.number}"
             _enqueue(study, best, seeds, tag)
             tried, have, added = [*tried, tag], [*have, best.params], added + 1
-        study.set_user_attr(CANDIDATES_ATTR, tried)
+        study.set_user_attr(_CANDIDATES, tried)
         cells += 1
     return cells, added
 
