@@ -187,6 +187,8 @@ def report(runs: dict[int, Answer]) -> None:
             print(f"  n{p[0]} {p[1]}: {x} < {y} in run {b}, {y} < {x} in run {a}; "
                   + "; ".join(f"{alg} {_config(runs, a, p, alg)} in run {a}, "
                               f"{_config(runs, b, p, alg)} in run {b}" for alg in (x, y)))
+            print(f"    {x}'s time over {y}'s, paired by seed: " + ", ".join(
+                f"run {s} {_paired(runs[s][p], x, y)}" for s in (a, b)))
     _family_wise_contradictions(runs, pairs)
     print(f"each run's best in the other's tied-best set: {agree} of {len(pairs)} pairs; "
           f"goal >= 7 of 8: {'met' if agree >= 7 / 8 * len(pairs) else 'not met'}"
@@ -267,6 +269,17 @@ def _config(runs: dict[int, Answer], run: int, pair: tuple[int, str], algorithm:
     params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                        for k, v in sorted(row["params"].items()))
     return f"({params}; {row['mean']:.2f} s)"
+
+
+def _paired(rows: list[dict[str, Any]], x: str, y: str) -> str:
+    """``x``'s time over ``y``'s on each held-out seed both finished: the mean ratio and its
+    standard deviation over the seeds (what a paired comparison's interval rests on)."""
+    vx, vy = (next(r for r in rows if r["algorithm"] == alg)["values"] for alg in (x, y))
+    ratios = [vx[seed] / vy[seed] for seed in sorted(set(vx) & set(vy)) if vy[seed]]
+    if len(ratios) < 2:
+        return f"{len(ratios)} seed(s) in common"
+    return (f"mean {statistics.fmean(ratios):.3f} (SD {statistics.stdev(ratios):.3f}, "
+            f"{min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} seeds)")
 
 
 def _speedups(runs: dict[int, Answer], pairs: list[tuple[int, str]]) -> None:
