@@ -63,8 +63,10 @@ def pool(storage: str) -> tuple[int, int]:
     """Enqueue the other sizes' search bests in every validation cell; (cells, configurations
     added)."""
     names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
-    searches = {n: optuna.load_study(study_name=n, storage=storage)
+    searches = {n: optuna.load_study(study_name=n, storage=storage).get_trials(deepcopy=False)
                 for n in names if n.count("/") == 3}  # <grid>/n<P>/<algorithm>/<model>
+    bests = {n: best for n, trials in sorted(searches.items())
+             if (best := best_trial(trials)) is not None}
     cells = added = 0
     for name in (n for n in names if n.endswith("/validation")):
         study = optuna.load_study(study_name=name, storage=storage)
@@ -73,13 +75,12 @@ def pool(storage: str) -> tuple[int, int]:
         if not seeds:  # its search had no best: nothing was retrained
             continue
         tried = _candidates(study)
-        have = [searches[f"{grid}/{n.split('#')[0]}"].trials[int(n.split("#")[1])].params
-                for n in tried if f"{grid}/{n.split('#')[0]}" in searches]
-        for other, search in sorted(searches.items()):
+        have = [searches[f"{grid}/{cell}"][int(number)].params
+                for cell, _, number in (n.partition("#") for n in tried)
+                if f"{grid}/{cell}" in searches]
+        for other, best in bests.items():
             _, net, alg, mod = other.split("/")
-            best = best_trial(search.get_trials(deepcopy=False))
-            if (alg, mod) != (algorithm, model) or net == network or best is None \
-                    or best.params in have:
+            if (alg, mod) != (algorithm, model) or net == network or best.params in have:
                 continue
             tag = f"{net}/{alg}/{mod}#{best.number}"
             _enqueue(study, best, seeds, tag)
