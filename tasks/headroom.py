@@ -76,16 +76,17 @@ def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, A
     b0 = int(own.damper_kwargs.get("initial", own.per_worker_batch))
     grew = _earliest_growth(grid, damped, storage=storage, initial_batch=b0,
                             reached=lambda history: met(history).reached)
-    usable = grew is not None and met(ckpt["history"]).reached  # else φ has no meaning
+    # the growth φ is measured from: none when the baseline itself did not meet the objective
+    start = grew if grew is not None and met(ckpt["history"]).reached else None
     rows = []
     for profile in profiles:  # the same run costed on another network (its overrides kept)
         config = own if profile is None else dataclasses.replace(own, profile=profile)
         cost = config.cost_model(n_params)
         s = epoch_speedup(cost, examples=int(config.n_train), initial_batch=b0,
                           per_worker_batch=int(config.per_worker_batch), n_ranks=network)
-        phi = (growth_share(ckpt["history"], cost, growth_examples=grew,
+        phi = (growth_share(ckpt["history"], cost, growth_examples=start,
                             target=None if kind == "budget" else target)
-               if usable and grew is not None else None)
+               if start is not None else None)
         rows.append({"network": network, "model": baseline["model"],
                      "profile": config.profile, "s": s, "phi": phi, "growth_examples": grew,
                      "ceiling": ceiling(s=s, phi=phi) if phi is not None else None})
