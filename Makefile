@@ -11,13 +11,14 @@ STAMP := $(VENV)/.installed
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# constraints.txt: the exact tested versions of everything (pyproject.toml gives ranges)
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: where pip has a local CPU wheel of 2.13.0 (find-links) it takes it and the
 	# install of the rest keeps it; elsewhere this is PyPI's CUDA build (see setup-gpu)
-	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -c constraints.txt "torch==2.13.0"
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 setup: $(STAMP) ## create .venv and install damptune with its pinned dependencies
@@ -29,7 +30,7 @@ NO_LINKS := $(CURDIR)/$(VENV)/.no-find-links
 setup-gpu: $(STAMP) ## replace the CPU torch by PyPI's CUDA build of torch 2.13.0 (GPU machines)
 	mkdir -p $(NO_LINKS)
 	PIP_FIND_LINKS=$(NO_LINKS) $(BIN)/pip install -q --force-reinstall --no-deps "torch==2.13.0"
-	PIP_FIND_LINKS=$(NO_LINKS) $(BIN)/pip install -q "torch==2.13.0"  # its nvidia-* packages
+	PIP_FIND_LINKS=$(NO_LINKS) $(BIN)/pip install -q -c constraints.txt "torch==2.13.0"  # its nvidia-* packages
 	$(BIN)/python -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, \
 		'GPUs', torch.cuda.device_count())"
 
@@ -78,8 +79,9 @@ test: $(STAMP) ## run the whole test suite (what CI runs)
 test-fast: $(STAMP) ## the tests without those marked slow
 	$(BIN)/python -m pytest -m "not slow"
 
-# a fresh virtualenv in a temporary directory, `pip install .` (not editable), then
-# `damptune tune` on one tiny cell from another temporary directory; minutes, not in `make test`
+# a fresh virtualenv in a temporary directory, `pip install -c constraints.txt .` (not editable),
+# then `damptune tune` on one tiny cell from another temporary directory; minutes, not in
+# `make test`
 check-install: ## non-editable install check: the run directory lands where damptune runs
 	$(PY) infra/check_install.py
 

@@ -5,7 +5,8 @@ What it does, each in a new temporary directory:
 
 1. copies the checkout (without ``.git``, ``.venv``, ``runs``, caches) and makes a virtualenv;
    installs ``torch==2.13.0`` first, as ``make setup`` does (pip takes a local CPU wheel where
-   its find-links has one), then ``pip install <copy>`` (not editable), then deletes the copy;
+   its find-links has one), then ``pip install -c constraints.txt <copy>`` (not editable; the
+   exact tested versions of constraints.txt), then deletes the copy;
 2. from a second, empty directory, with none of this shell's ``PYTHONPATH``,
    ``PREFECT_API_URL`` or ``MLFLOW_TRACKING_URI`` (its own ``PREFECT_HOME`` and
    ``DAMPTUNE_CACHE``), runs the installed ``damptune tune`` on one cell (network 2,
@@ -67,8 +68,9 @@ def install(base_python: str, box: Path) -> tuple[Path, Path]:
     shutil.copytree(REPO_ROOT, src, ignore=shutil.ignore_patterns(*NOT_COPIED))
     _run([base_python, "-m", "venv", str(box / "venv")], cwd=box)
     python = box / "venv" / "bin" / "python"
-    _run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"], cwd=box)
-    _run([str(python), "-m", "pip", "install", "-q", str(src)], cwd=box)
+    constraints = ["-c", str(src / "constraints.txt")]  # the exact tested versions
+    _run([str(python), "-m", "pip", "install", "-q", *constraints, "torch==2.13.0"], cwd=box)
+    _run([str(python), "-m", "pip", "install", "-q", *constraints, str(src)], cwd=box)
     shutil.rmtree(src)  # the installed package may not need the source it was built from
     site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                 cwd=box).stdout.strip()
