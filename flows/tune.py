@@ -66,7 +66,7 @@ from tasks.session import open_session
 from tasks.validation import STAGES, matched_cells, source_cell, validation_settings
 from tasks.warmstart import neighbours
 
-__all__ = ["tune", "resolve_locations", "grid_of", "flow_defaults", "flow_descriptions"]
+__all__ = ["tune", "resolve_locations", "grid_of", "stages", "flow_defaults", "flow_descriptions"]
 
 
 def resolve_locations(settings: GridSettings) -> None:
@@ -193,7 +193,7 @@ def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
     logger = get_run_logger()
     failures: list[str] = []
     not_started: list[str] = []
-    pending = _stages(settings, cells)
+    pending = stages(settings, cells)
     running: dict[Any, Cell] = {}
     finished: set[Cell] = set()
     runner: ThreadPoolTaskRunner[Any]
@@ -223,7 +223,7 @@ def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
     return failures, not_started
 
 
-def _stages(settings: GridSettings, cells: list[Cell]) -> list[Cell]:
+def stages(settings: GridSettings, cells: list[Cell]) -> list[Cell]:
     """The search cells, then (with ``validation_seeds``) each one's validation cell and the
     matched cells (geodamp with the baseline's best: :func:`tasks.validation.matched_cells`)."""
     if not settings.validation_seeds:

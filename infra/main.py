@@ -11,7 +11,8 @@
 3. creates a flow run of deployment ``tune/<grid>`` through Prefect's Python client, with
    ``--param key=value ...`` (values are JSON, as for the Prefect CLI:
    ``--param networks=[2,4] --param trials=8``);
-4. reads the flow run until it is in a final state, printing each new state;
+4. waits for it with Prefect's ``wait_for_flow_run``, showing the grid's progress live (cells
+   and trials done, the held-out stage, time elapsed and left: :mod:`infra.progress`);
 5. ``python -m damptune report --run-dir <the flow's run_dir>`` (the ``run_dir`` parameter,
    else ``runs/<grid_name>``, relative to the repository root);
 6. prints the Prefect and MLflow UI addresses.
@@ -23,17 +24,18 @@ when the flow run COMPLETED and the report printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 from uuid import UUID
 
-from infra.prefect_api import read_flow_run, recent_logs, run_deployment
+from infra.prefect_api import recent_logs, run_deployment, wait_for_flow_run
+from infra.progress import GridWatch, expected_cells
 from infra.stack import (
     DEFAULT_MLFLOW_PORT,
     DEFAULT_PREFECT_PORT,
@@ -46,47 +48,10 @@ from infra.stack import (
     up,
 )
 
-__all__ = ["main", "wait_for_flow_run"]
-
-FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}
-
+__all__ = ["main", "wait_for_flow_run", "experiment_url"]
 
 def _say(line: str) -> None:
     print(line, flush=True)
-
-
-def wait_for_flow_run(api_url: str, flow_run_id: str | UUID, *, timeout_s: float | None = None,
-                      poll_s: float = 2.0,
-                      on_state: Callable[[dict[str, Any], float], None] | None = None,
-                      ) -> dict[str, Any]:
-    """Read the flow run until its state is final; return it (as JSON).
-
-    Args:
-        api_url: the Prefect API, e.g. ``http://127.0.0.1:4200/api``.
-        flow_run_id: the flow run's id (a UUID, or its text).
-        timeout_s: give up after this many seconds (``None``: wait as long as it takes).
-        poll_s: seconds between reads.
-        on_state: called with ``(flow_run, elapsed_s)`` each time the state changes.
-
-    Raises:
-        TimeoutError: the run was not in a final state after ``timeout_s``.
-    """
-    t0 = time.monotonic()
-    last = None
-    while True:
-        run = read_flow_run(api_url, flow_run_id)
-        state = run.get("state") or {}
-        key = (state.get("type"), state.get("name"))
-        if key != last:
-            last = key
-            if on_state is not None:
-                on_state(run, time.monotonic() - t0)
-        if state.get("type") in FINAL_STATES:
-            return run
-        if timeout_s is not None and time.monotonic() - t0 > timeout_s:
-            raise TimeoutError(f"flow run {flow_run_id} is still {state.get('name')} after "
-                               f"{timeout_s:.0f} s")
-        time.sleep(poll_s)
 
 
 def _print_run_logs(stack: Stack, flow_run_id: UUID, n: int = 40) -> None:
@@ -176,19 +141,28 @@ def _start(args: argparse.Namespace) -> Stack:
 
 def _run_and_wait(stack: Stack, args: argparse.Namespace,
                   params: dict[str, Any]) -> tuple[UUID, dict[str, Any]]:
-    """Run deployment ``tune/<grid>``, print its states until it ends; (id, flow run)."""
+    """Run deployment ``tune/<grid>``; wait for it to end, the grid's progress shown live;
+    (its id, the flow run)."""
     _say(f"run deployment tune/{args.grid}" + (f" with {json.dumps(params)}" if params else ""))
     flow_run_id = run_deployment(stack.prefect_api_url, f"tune/{args.grid}", params)
     _say(f"flow run {flow_run_id}: {stack.prefect_ui_url}/runs/flow-run/{flow_run_id}")
-
-    def on_state(run: dict[str, Any], elapsed: float) -> None:
-        state = run.get("state") or {}
-        _say(f"[{elapsed:7.1f} s] {run.get('name')}: {state.get('name')}"
-             + (f" — {state['message']}" if state.get("message") else ""))
-
-    run = wait_for_flow_run(stack.prefect_api_url, flow_run_id, timeout_s=args.timeout,
-                            on_state=on_state)
+    with _watch(stack, flow_run_id):
+        run = wait_for_flow_run(stack.prefect_api_url, flow_run_id, timeout_s=args.timeout)
     return flow_run_id, run
+
+
+def _watch(stack: Stack, flow_run_id: UUID) -> contextlib.AbstractContextManager[Any]:
+    """The grid's live progress (:class:`infra.progress.GridWatch`) from the flow run's
+    parameters; nothing where they name no grid this process can read."""
+    from infra.prefect_api import read_flow_run
+
+    params = read_flow_run(stack.prefect_api_url, flow_run_id).get("parameters") or {}
+    try:
+        storage, grid_name, expected = expected_cells(params, REPO_ROOT)
+    except Exception as exc:  # noqa: BLE001 - the flow run reports bad parameters itself
+        _say(f"(no progress line: {exc})")
+        return contextlib.nullcontext()
+    return GridWatch(storage, grid_name, expected)
 
 
 def _report(stack: Stack, run: dict[str, Any], grid: str) -> tuple[str, int]:

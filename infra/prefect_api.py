@@ -33,7 +33,8 @@ from prefect.exceptions import ObjectNotFound
 from prefect.states import Crashed
 
 __all__ = ["client", "ensure_pool", "worker_online", "ensure_zombie_automation",
-           "crash_orphaned_runs", "run_deployment", "read_flow_run", "recent_logs",
+           "crash_orphaned_runs", "run_deployment", "wait_for_flow_run", "read_flow_run",
+           "recent_logs",
            "ZOMBIE_AUTOMATION", "ZOMBIE_AUTOMATION_FILE", "HEARTBEAT_S"]
 
 HEARTBEAT_S = 30  # PREFECT_FLOWS_HEARTBEAT_FREQUENCY of the worker's flow runs (minimum 30)
@@ -123,10 +124,39 @@ def _alive(pid: Any) -> bool:
 
 
 def run_deployment(api_url: str, name: str, parameters: dict[str, Any]) -> UUID:
-    """Create a flow run of deployment ``name`` (``flow/deployment``); its id."""
-    with client(api_url) as c:
-        deployment = c.read_deployment_by_name(name)
-        return c.create_flow_run_from_deployment(deployment.id, parameters=parameters).id
+    """Create a flow run of deployment ``name`` (``flow/deployment``) with Prefect's own
+    ``run_deployment``, as ``prefect deployment run`` does, without waiting; its id."""
+    from prefect.deployments import run_deployment as prefect_run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}):
+        return prefect_run_deployment(name, parameters=parameters, timeout=0,
+                                      as_subflow=False).id
+
+
+def wait_for_flow_run(api_url: str, flow_run_id: str | UUID, *,
+                      timeout_s: float | None = None) -> dict[str, Any]:
+    """Wait, with Prefect's ``wait_for_flow_run`` (it follows the run's state events), until
+    the flow run is in a final state; the run as JSON (``state``, ``name``, ``parameters``).
+
+    Raises:
+        TimeoutError: the run was not in a final state after ``timeout_s`` seconds.
+    """
+    import asyncio
+
+    from prefect.exceptions import FlowRunWaitTimeout
+    from prefect.flow_runs import wait_for_flow_run as prefect_wait
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    run_id = UUID(str(flow_run_id))
+    with temporary_settings({PREFECT_API_URL: api_url}):
+        try:
+            run = asyncio.run(prefect_wait(run_id, timeout=timeout_s))  # type: ignore[arg-type]
+        except FlowRunWaitTimeout:
+            state = read_flow_run(api_url, run_id).get("state") or {}
+            raise TimeoutError(f"flow run {run_id} is still {state.get('name')} after "
+                               f"{timeout_s:.0f} s") from None
+    return run.model_dump(mode="json")
 
 
 def read_flow_run(api_url: str, flow_run_id: str | UUID) -> dict[str, Any]:
