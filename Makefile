@@ -90,7 +90,18 @@ lint: $(STAMP) ## ruff on everything, mypy on the engine, tasks and flows
 	$(BIN)/mypy
 
 bench: $(STAMP) ## step-time benchmark: both modes against plain PyTorch DDP
-	$(BIN)/python bench/step_time.py
+	$(BIN)/python -m bench step_time
+
+# every bench appends a record to bench/results/<name>.jsonl; `python -m bench list` lists them
+.PHONY: bench-report timed-run timed-test
+bench-report: ## render docs/benchmarks.md from the bench records (bench/results/*.jsonl)
+	$(BIN)/python -m bench report
+
+timed-run: $(STAMP) ## make run, its wall time and status recorded (bench/results/make-run.jsonl)
+	$(BIN)/python -m bench time make-run -- $(MAKE) run
+
+timed-test: $(STAMP) ## make test, its wall time and status recorded (bench/results/make-test.jsonl)
+	$(BIN)/python -m bench time make-test -- $(MAKE) test
 
 accuracy: $(STAMP) ## test accuracy of the MLP and CNN on MNIST-1D (single process)
 	$(BIN)/python -m models.accuracy

@@ -12,7 +12,12 @@ the same data (``--data-seed``, default 0).
 
 The answer of a run is its report's (``tasks.stats``): per (network, model) pair, each
 algorithm's mean over the held-out seeds with a 95 % CI, its speedup over ``geodamplr`` paired
-by seed, and the tied-best set. Goals (issue 24):
+by seed, and the tied-best set.
+
+Goals (issue 24): 0 contradictions; each run's best in the other's tied-best set in >= 7 of 8
+pairs; the median 95 % CI half-width of the speedup over the baseline <= 10 %.
+
+In detail:
 
 * **0 contradictions**: no two algorithms significantly ordered one way in one run and the
   other way in the other (each of the pair's comparisons at a plain 95 %, stricter than the
@@ -46,6 +51,8 @@ from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import records  # noqa: E402
 
 DAMPED = ("geodamp", "padadamp", "adadamp", "radadamp")
 BASELINE = "geodamplr"
@@ -165,7 +172,8 @@ def _relative_half_width(row: dict[str, Any]) -> float | None:
     return (row["speedup_high"] - row["speedup_low"]) / 2 / row["speedup"]
 
 
-def report(runs: dict[int, Answer]) -> None:
+def report(runs: dict[int, Answer]) -> dict[str, float]:
+    """Print the comparison of two runs' answers; return its figures."""
     a, b = sorted(runs)[:2]
     pairs = sorted(set(runs[a]) & set(runs[b]))
     print("| pair | " + " | ".join(f"seed {s}: mean s [tied best*]" for s in (a, b)) + " |")
@@ -199,6 +207,8 @@ def report(runs: dict[int, Answer]) -> None:
           f"{'met' if width <= 0.10 else 'not met'}")
     _by_model(runs, pairs, both_ways)
     _speedups(runs, pairs)
+    return {"contradictions": contradictions, "best_in_other_tied_set": agree,
+            "pairs": len(pairs), "median_ci_half_width": width}
 
 
 def _by_model(runs: dict[int, Answer], pairs: list[tuple[int, str]],
@@ -505,10 +515,18 @@ def main(argv: list[str] | None = None) -> int:
     else:
         runs = {s: run_grid(s, args) for s in args.seeds}
     held_out_noise(runs)
-    report(runs)
+    figures: dict[str, Any] = report(runs)
     for k in args.held_out or []:
         print(f"\n## the first {k} held-out seeds of each grid")
-        report({i: answer_of(d, held_out=k) for i, d in enumerate(args.run_dirs)})
+        figures[f"first_{k}_held_out"] = report(
+            {i: answer_of(d, held_out=k) for i, d in enumerate(args.run_dirs)})
+    pairs, width = figures["pairs"], figures["median_ci_half_width"]
+    records.write("answer_stability", figures=figures, run_dirs=args.run_dirs, goals={
+        "0 contradictions": figures["contradictions"] == 0,
+        "each run's best in the other's tied-best set in >= 7 of 8 pairs":
+        figures["best_in_other_tied_set"] >= 7 / 8 * pairs if pairs else None,
+        "median 95 % CI half-width of the speedup <= 10 %": width <= 0.10 if width == width
+        else None})
     return 0
 
 

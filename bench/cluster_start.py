@@ -1,4 +1,4 @@
-"""What starting a local cluster costs, until every worker has taken one optimizer step.
+"""What does starting a local cluster cost, until every worker has taken one optimizer step?
 
 Each measurement runs in a fresh Python process (as a flow run or ``damptune tune`` does): it
 starts a LocalCluster of ``--workers`` single-threaded worker processes, runs on every worker
@@ -20,7 +20,9 @@ bench.cluster_start``, which ``local_cluster`` has the forkserver import once.
 
 Goals (issue 25: the grid at the machine's floor): the flow's cluster start costs at most half
 the CPU of Dask's default; a main module run by name costs its workers at most half the CPU
-it costs run by path. Run: ``python bench/cluster_start.py [--workers 4] [--repeats 3]``.
+it costs run by path.
+
+Run: ``python bench/cluster_start.py [--workers 4] [--repeats 3]``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+
+from bench import records  # noqa: E402
+
 MAIN_IMPORTS = "DAMPTUNE_BENCH_MAIN_IMPORTS"
 if os.environ.get(MAIN_IMPORTS):  # what a flow run's main module imports: all of Prefect
     importlib.import_module(os.environ[MAIN_IMPORTS])
@@ -120,10 +125,18 @@ def main(argv: list[str] | None = None) -> int:
               f"{max(walls):.1f} | {min(cpus):.1f} / {statistics.median(cpus):.1f} / "
               f"{max(cpus):.1f} |")
     cpu = {m: statistics.median(v["cpu"] for v in rows[m]) for m in METHODS}
+    goals, figures = {}, {}
     for new, old in (("forkserver", "spawn"), ("main by name", "main by path")):
         ratio = cpu[new] / cpu[old]
         print(f"\n{new} / {old} CPU: {ratio:.2f} (median); goal <= {GOAL:g}: "
               f"{'met' if ratio <= GOAL else 'not met'}")
+        goals[f"{new} <= {GOAL:g} of {old}'s CPU"] = ratio <= GOAL
+        figures[f"{new} / {old} CPU"] = ratio
+    for method in METHODS:
+        figures[f"{method} cpu_s"] = cpu[method]
+        figures[f"{method} wall_s"] = statistics.median(v["wall"] for v in rows[method])
+    records.write("cluster_start", figures=figures, goals=goals, workers=args.workers,
+                  repeats=args.repeats)
     return 0
 
 

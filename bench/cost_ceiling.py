@@ -1,4 +1,5 @@
-"""The cost model's ceiling on a damped speedup, per network size, on every named profile.
+"""How much can damping speed training up at most, by the cost model, per network size and
+named profile?
 
 For a finished grid's run directory (default ``runs/grid``, what ``make run`` writes), the
 same trials are costed on each named network profile (:mod:`tasks.headroom`,
@@ -22,6 +23,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import records  # noqa: E402
 
 GOAL = 3.0
 PAPER = "decentralized-moderate"
@@ -53,14 +56,16 @@ def main(argv: list[str] | None = None) -> int:
             phi = "-" if r["phi"] is None else f"{r['phi']:.2f}"
             ceil = "-" if r["ceiling"] is None else f"{r['ceiling']:.2f}x"
             print(f"{profile:<24}{r['model']:<6}{r['network']:>4}{r['s']:>8.2f}{phi:>7}{ceil:>9}")
-    return _verdict(by_profile, default=DEFAULT_PROFILE)
+    return _verdict(by_profile, default=DEFAULT_PROFILE, grid=name)
 
 
-def _verdict(by_profile: dict[str, list[dict]], *, default: str) -> int:
+def _verdict(by_profile: dict[str, list[dict]], *, default: str, grid: str) -> int:
     largest = max((r["network"] for r in by_profile[default]), default=None)
     if largest is None:
         print("no baseline checkpoint in the run directory: nothing to judge")
         return 1
+    figures: dict[str, float | None] = {}
+    goals: dict[str, bool | None] = {}
     for model in sorted({r["model"] for r in by_profile[default]}):
         ours = next(r for r in by_profile[default]
                     if (r["network"], r["model"]) == (largest, model))
@@ -70,6 +75,11 @@ def _verdict(by_profile: dict[str, list[dict]], *, default: str) -> int:
         print(f"{model} n{largest}: ceiling {ours['ceiling'] or 0:.2f}x on {default} "
               f"({ratio:.2f}x the paper profile's {paper['ceiling'] or 0:.2f}x); goal >= "
               f"{GOAL:g}x: {'met' if (ours['ceiling'] or 0) >= GOAL else 'not met'}")
+        figures[f"{model}_n{largest}_ceiling"] = ours["ceiling"]
+        figures[f"{model}_n{largest}_paper_ceiling"] = paper["ceiling"]
+        goals[f"{model}: the default profile's ceiling >= {GOAL:g}x at the largest network"] = (
+            (ours["ceiling"] or 0) >= GOAL)
+    records.write("cost_ceiling", figures=figures, goals=goals, profile=default, grid=grid)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""CPU that an idle 16-worker local cluster burns: the flow's cluster against Dask's defaults.
+"""How much CPU does an idle 16-worker local cluster burn: the flow's against Dask's defaults?
 
 Both clusters are the flow's ``cluster="local"`` shape (single-threaded worker processes with
 torch imported, the project's worker plugins registered), measured one after the other in the
@@ -8,6 +8,7 @@ the CPU seconds (user + system) of the worker processes and of this process (the
 nannies and the client) are summed over ``--seconds`` of doing nothing.
 
 Goal (issue 25): the flow's idle 16-worker cluster uses <= 1 % of one core in total.
+
 Run: ``python bench/idle_cluster.py [--workers 16] [--seconds 60] [--repeats 3]``.
 """
 
@@ -22,6 +23,8 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import records  # noqa: E402
 
 GOAL_PERCENT = 1.0
 
@@ -96,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "met" if ours <= GOAL_PERCENT else "not met"
     print(f"\ndamptune / dask defaults: {ours / base:.3f} (median); goal <= {GOAL_PERCENT:g} % of "
           f"one core in total: {verdict} ({ours:.2f} %)")
+    records.write("idle_cluster", goals={
+        f"damptune's idle cluster <= {GOAL_PERCENT:g} % of one core": ours <= GOAL_PERCENT},
+        figures={"damptune_percent": ours, "dask_defaults_percent": base},
+        workers=args.workers, seconds=args.seconds, repeats=args.repeats)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The network cost model against decentralized training on real, shaped links.
+"""Does the network cost model predict decentralized training on real, shaped links?
 
 Every rank is a separate Dask worker process in its own Linux network namespace; the
 namespaces hang off one bridge through veth pairs whose both ends are shaped with tc
@@ -16,8 +16,10 @@ compares them with :class:`damptune.netmodel.CostModel` on the network the shapi
     predicted step = measured median compute + predicted comm + measured median overhead
 
 ("compute" is rank 0's forward+backward, ``time_compute``; "overhead" is the rest of the update
-outside compute and all-reduce: optimizer step, gradient norm). Goal: the relative error
-``(predicted − measured) / measured`` within ±20 % on every row.
+outside compute and all-reduce: optimizer step, gradient norm).
+
+Goal: the relative error ``(predicted − measured) / measured`` within ±20 % on every row, for
+comm and step.
 
 Run as root (namespaces and tc need it), with the repository root as working directory::
 
@@ -58,6 +60,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from distributed import Client  # noqa: E402
 
+from bench import records  # noqa: E402
 from damptune import TrainConfig, TrainData, train  # noqa: E402
 from damptune.netmodel import CostModel, Network  # noqa: E402
 from damptune.state import build_model  # noqa: E402
@@ -307,6 +310,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{'met' if not failing else f'NOT met on {len(failing)} row(s)'} "
           f"({time.perf_counter() - t_start:.0f} s, load average {os.getloadavg()[0]:.1f} at "
           "end).")
+    records.write("network_model", goals={
+        f"|predicted - measured| / measured <= {GOAL:.0%} for comm and step, every row":
+        not failing}, netem=has_netem, updates=args.updates, figures={
+        f"{r['rate_mbit']:g}Mbit_{r['delay_ms']:g}ms_P{r['n_ranks']}": {
+            "comm_error": r["comm_error"], "step_error": r["step_error"],
+            "meas_comm_ms": r["meas_comm"] * 1e3} for r in rows})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -57,6 +57,7 @@ over their standard error): a quieter objective is only better if it still tells
 configurations apart.
 
 Goal: CV ≤ 5 % for every configuration (stated for the current objective and each candidate).
+
 Read the CVs with their counts of seeds reached: a configuration that misses in some seeds mixes
 two formulas (time to the criterion, penalized end time), and one that always misses measures
 the penalty's noise, not the criterion's. With 5 seeds a CV is itself uncertain by about a
@@ -84,6 +85,8 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import records  # noqa: E402
 
 NETWORK = 16
 BASELINE = "geodamplr"
@@ -332,8 +335,9 @@ def print_final(budget: list[History], window: float) -> None:
           f" / {statistics.median(finals):.4f} / {finals[-1]:.4f}", flush=True)
 
 
-def print_cv_table(results: Results) -> None:
-    """Configuration x variant -> CV; the worst and mean CV; the goal per variant."""
+def print_cv_table(results: Results) -> dict[str, list[float]]:
+    """Configuration x variant -> CV; the worst and mean CV; the goal per variant. Returns the
+    CVs per variant, in the configurations' order."""
     print("\n| configuration | " + " | ".join(f"{v}: {VARIANTS[v]}" for v in VARIANTS) + " |")
     print("|---" * (len(VARIANTS) + 1) + "|")
     cvs = {v: [cv([x for x, _ in results[c][v]]) for c in results] for v in VARIANTS}
@@ -348,6 +352,7 @@ def print_cv_table(results: Results) -> None:
         for v in VARIANTS) + " |")
     print(f"| goal: CV <= {100 * GOAL_CV:.0f} % for every configuration | " + " | ".join(
         "met" if max(cvs[v]) <= GOAL_CV else "not met" for v in VARIANTS) + " |")
+    return cvs
 
 
 def print_separation(results: Results) -> None:
@@ -406,9 +411,14 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = {v: [o[v] for o in per_seed] for v in VARIANTS}
         print_config(name, args.seeds, results[name], seconds)
         print_final(budget, grid_window)
-    print_cv_table(results)
+    cvs = print_cv_table(results)
     print_separation(results)
     print(f"\nwall time {time.perf_counter() - t0:.1f} s")
+    figures: dict[str, Any] = {f"worst_cv_{v}": max(cvs[v]) for v in VARIANTS}
+    figures.update({f"cv_a {name}": cvs["a"][i] for i, name in enumerate(results)})
+    records.write("objective_noise", figures=figures, seeds=args.seeds, goals={
+        f"{v} ({VARIANTS[v]}): CV <= {100 * GOAL_CV:.0f} % for every configuration":
+        max(cvs[v]) <= GOAL_CV for v in VARIANTS})
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Per-trial overhead of the pipeline (Prefect tasks + Optuna + MLflow) over the engine alone.
+"""What does the pipeline (Prefect tasks + Optuna + MLflow) add per trial to the engine alone?
 
 Baseline: the same trials (same damper hyperparameters, as Optuna sampled them) trained by
 calling ``damptune.train`` directly on the same Dask cluster, in the same run. Both use a
@@ -8,6 +8,7 @@ Prefect server (started before the clock starts).
 The per-trial overhead is the slope between a grid of ``--small`` and one of ``--trials``
 trials (pipeline minus engine), so the flow's fixed cost (flow run, cluster connection, summary
 and artifacts) is reported apart. Run: ``python bench/pipeline_overhead.py``.
+
 Goal: <= 0.2 s per trial.
 """
 
@@ -20,6 +21,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import records  # noqa: E402
+
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
@@ -92,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
           f"(goal <= 0.2 s: {'met' if per_trial <= 0.2 else 'not met'})")
     print(f"fixed overhead per flow run (start, cluster connection, summary, artifacts): "
           f"{fixed:.2f} s")
+    records.write("pipeline_overhead", goals={"<= 0.2 s per trial": per_trial <= 0.2},
+                  figures={"overhead_per_trial_s": per_trial, "pipeline_per_trial_s": pipe_slope,
+                           "engine_per_trial_s": direct_slope, "fixed_per_flow_run_s": fixed})
     return 0
 
 

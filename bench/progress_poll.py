@@ -1,4 +1,4 @@
-"""What `damptune tune`'s progress bar costs: one poll of a grid's finished trials.
+"""What does `damptune tune`'s progress bar cost: one poll of a grid's finished trials?
 
 The bar asks the Optuna storage every 2 s how many trials of the grid have finished
 (``tasks.search.finished_in_grid``: one SQL count). The baseline, measured in the same run on
@@ -8,6 +8,7 @@ its attributes), then every finished trial of the grid's studies, with its repor
 so a grid may be running), and must agree.
 
 Goal: a poll costs at most 1 % of one core at the bar's period, i.e. <= 20 ms.
+
 Run: ``python bench/progress_poll.py --run-dir runs/grid [--grid-name grid] [--repeats 5]``.
 """
 
@@ -23,6 +24,8 @@ import time
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import records  # noqa: E402
 
 PERIOD_S = 2.0  # flows/cli.py's _progress
 GOAL_MS = 0.01 * PERIOD_S * 1000
@@ -80,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{old_ms / max(new_ms, 1e-9):.0f}x less")
     print(f"goal <= {GOAL_MS:.0f} ms per poll (1 % of one core every {PERIOD_S:g} s): "
           f"{'met' if new_ms <= GOAL_MS else 'not met'}")
+    records.write("progress_poll", goals={f"<= {GOAL_MS:g} ms of CPU per poll": new_ms <= GOAL_MS},
+                  figures={"poll_ms": new_ms, "optuna_api_ms": old_ms, "finished_trials": new_n},
+                  repeats=args.repeats)
     return 0
 
 

@@ -1,5 +1,5 @@
-"""What one change of P costs a distributed run, in units of one update (shared by
-``resize_cost.py`` and ``step_time.py``).
+"""What one change of P costs a distributed run, in units of one update (a helper of
+``step_time.py``, not a bench).
 
 A change of P happens on the ranks (:func:`damptune.ranks._control`): rank 0 broadcasts the
 new P and its state to every rank, the ranks that start training restore it, and all switch

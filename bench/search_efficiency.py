@@ -1,5 +1,5 @@
-"""Search efficiency: how much compute the grid's adaptive search needs to get within 5 % of
-the best value an exhaustive grid finds, against random search, with and without warm start.
+"""How much compute does the grid's adaptive search need to get within 5 % of the best value an
+exhaustive grid finds, against random search, with and without warm start?
 
 Per cell (different algorithms, network sizes and models, one whose target comes late in
 training) and per seed:
@@ -40,6 +40,8 @@ import sys
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import records  # noqa: E402
 
 # (network, algorithm, model): the exhaustive grid's axes per algorithm
 CELLS = [(4, "geodamp", "mlp"), (16, "padadamp", "mlp"), (8, "adadamp", "cnn")]
@@ -228,15 +230,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"median {key}: {fmt(med[key])}")
     if "auto" not in med:  # the goals are the pipeline's search's (auto)
         print("Goals: not judged (run with --samplers auto to judge them)")
-        return 0
-    auto, random_, warm = med["auto"], med["random"], med["warm"]
+        auto = random_ = warm = math.nan
+    else:
+        auto, random_, warm = med["auto"], med["random"], med["warm"]
+        _print_goals(auto, random_, warm)
+    judged = "auto" in med
+    records.write("search_efficiency", figures={f"median_{k}": v for k, v in med.items()},
+                  seeds=args.seeds, cells=args.cells, budget=args.budget,
+                  patience=args.patience, goals={
+                      "adaptive (auto) <= 20 % of the grid's compute":
+                      auto <= 0.2 if judged else None,
+                      "adaptive <= 1/2 of random": auto <= 0.5 * random_ if judged else None,
+                      "warm start <= 1/2 of without": warm <= 0.5 * auto if judged else None})
+    return 0
+
+
+def _print_goals(auto: float, random_: float, warm: float) -> None:
     print(f"Goal: adaptive (auto) <= 20 % of the grid's compute: {fmt(auto)}: "
           + ("met" if auto <= 0.2 else "not met"))
     print(f"Goal: adaptive <= 1/2 of random: {auto / random_ if random_ else math.nan:.2f}: "
           + ("met" if auto <= 0.5 * random_ else "not met"))
     print(f"Goal: warm start <= 1/2 of without: {warm / auto if auto else math.nan:.2f}: "
           + ("met" if warm <= 0.5 * auto else "not met"))
-    return 0
 
 
 if __name__ == "__main__":

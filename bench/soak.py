@@ -1,4 +1,5 @@
-"""Soak test (outside CI): kill a running grid many times at random moments; nothing is lost.
+"""Is anything lost when a running grid is killed many times at random moments? A soak test,
+outside CI.
 
 Two modes:
 
@@ -16,6 +17,10 @@ The report: kills injected, trials finished, FAIL and interrupted trials, duplic
 trials beyond the total, MLflow runs per trial beyond one) and lost work: the updates and
 training seconds each trial redid after a kill (``tasks/worklog.py``), against the checkpoint
 interval.
+
+Goals: every trial finished, 0 FAIL and 0 interrupted; 0 duplicates (Optuna trials beyond the
+total, MLflow runs per trial); with ``--replace-workers``, trials equal to the clean run's;
+each attempt's loss at most one checkpoint interval (2 s).
 
 Run: ``python bench/soak.py --kills 8 [--min-s 10 --max-s 40] [--run-dir runs/soak]`` or
 ``python bench/soak.py --replace-workers --kills 6 --min-s 3 --max-s 10``.
@@ -36,6 +41,8 @@ from collections import Counter
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import records  # noqa: E402
 
 CHECKPOINT_SECONDS = 2.0
 # the flow-kill soak: 6 cells; the worker-replacement soak: the scenario of issue 10
@@ -201,6 +208,18 @@ def main(argv: list[str] | None = None) -> int:
           f"{c['worst_updates']} / {c['worst_s']:.2f} | {CHECKPOINT_SECONDS:g} | "
           f"{time.monotonic() - t0:.0f} |")
     ok = c["fail"] == 0 and c["beyond"] == 0 and c["doubled"] == 0 and same != "NO"
+    key = "replace_workers" if args.replace_workers else "kill_flow"
+    figures = {"kills": injected, "wall_s": time.monotonic() - t0,
+               **{k: v for k, v in c.items() if k != "states"}}
+    records.write("soak", figures={key: figures}, mode=key, goals={
+        "every trial finished, 0 FAIL, 0 interrupted": (
+            c["finished"] == c["total"] and c["fail"] == 0 and c["interrupted"] == 0),
+        "0 duplicates (Optuna trials beyond the total, MLflow runs per trial)":
+        c["beyond"] == 0 and c["doubled"] == 0,
+        "trials equal to the clean run's (--replace-workers)":
+        None if same == "n/a" else same == "yes",
+        f"each attempt's loss <= one checkpoint interval ({CHECKPOINT_SECONDS:g} s)":
+        c["worst_s"] <= CHECKPOINT_SECONDS})
     return 0 if ok and c["finished"] == c["total"] else 1
 
 

@@ -1,4 +1,4 @@
-"""Median step time of damptune's two data-parallel modes against plain PyTorch DDP.
+"""How long is an update of damptune's two data-parallel modes against plain PyTorch DDP?
 
 Same model, same data, same global batch, same P, same machine, same run. Baseline: DDP
 (gloo, one process per rank, spawned by torch.multiprocessing). For damptune the median of the
@@ -13,8 +13,10 @@ geometric damping doubles the batch after one epoch, from B/2 on P/2 ranks to B 
 Run: ``python bench/step_time.py`` (``--help`` for sizes). Prints a table with ratios to DDP
 and a weak-scaling table (batch k·B on k·P ranks vs B on P). ``--device cuda``: every rank on
 its own GPU (rank r on ``cuda:r``), DDP over NCCL, damptune with ``device="cuda"``; ``--ranks``
-at most the GPUs there are. Goals, median over P and both
-scalings: decentralized <= 1.10x DDP, centralized <= 1.5x DDP; a change of P <= 2 updates.
+at most the GPUs there are.
+
+Goals (median over P and both scalings): decentralized <= 1.10x DDP, centralized <= 1.5x DDP;
+a change of P <= 2 updates.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import resizes  # noqa: E402
+from bench import records, resizes  # noqa: E402
 from damptune import TrainConfig, TrainData, train  # noqa: E402
 from damptune.cluster import local_cluster  # noqa: E402
 from models import load_dataset  # noqa: E402
@@ -202,9 +204,17 @@ def main(argv=None) -> int:
     cen = statistics.median(r[5][0] / r[3] for r in rows)
     changes = [c for r in rows for c in r[6] if c == c]
     change = statistics.median(changes) if changes else float("nan")
+    goals = {}
     for name, value, goal in (("decentralized / DDP", dec, 1.10), ("centralized / DDP", cen, 1.5),
                               ("change of P, updates", change, 2.0)):
         print_goal(name, value, goal)
+        goals[f"{name}, median <= {goal}"] = None if value != value else value <= goal
+    figures = {"decentralized_over_ddp": dec, "centralized_over_ddp": cen,
+               "change_of_p_updates": change}
+    for label, p, _batch, ddp, (dm, _da), (cm, _ca), _ in rows:
+        figures[f"{label}_p{p}_ms"] = {"ddp": ddp * 1e3, "decentralized": dm * 1e3,
+                                       "centralized": cm * 1e3}
+    records.write("step_time", figures=figures, goals=goals, device=args.device)
     return 0
 
 

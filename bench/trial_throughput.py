@@ -1,4 +1,5 @@
-"""Whole-trial time of the two data-parallel modes against ``local`` (same math, one process).
+"""How long does a whole trial take in the two data-parallel modes against ``local`` (same
+math, one process)?
 
 One fixed trial per model (issue 11's: ``damptune train --model cnn --dataset mnist1d --damper
 geodamp --initial 32 --param factor=2 --param delay=1 --epochs 6 --per-worker-batch 32``, and the
@@ -15,9 +16,10 @@ for the whole grid. Each figure is the median of ``--repeat`` runs, all in this 
 Prints training seconds (the engine's ``time_elapsed``) and whole-trial seconds (``fit`` from
 call to return: group formation, segments, teardown) as ratios to ``local``, and their
 difference: the trial's cost outside its updates (the medians' difference), which varies less
-with the machine's load than either. Goal: whole-trial
-time ≤ 2× local at P_max = 4 and ≤ 3× at P_max = 16 (on a 2-core machine, where every rank
-shares the same two cores, ``local`` is the floor).
+with the machine's load than either.
+
+Goal: whole-trial time ≤ 2× local at P_max = 4 and ≤ 3× at P_max = 16 (on a 2-core machine,
+where every rank shares the same two cores, ``local`` is the floor).
 
 Run: ``python bench/trial_throughput.py [--repeat 3]``.
 """
@@ -33,6 +35,8 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import records  # noqa: E402
 
 GOALS = {4: 2.0, 16: 3.0}
 # the rows: a mode, and whether each evaluation ends the ranks' segment (``--eval-flush``:
@@ -78,8 +82,10 @@ def verdict(mode: str, workers: int, ratio: float) -> str:
     return f"≤ {GOALS[workers]:.0f}×: " + ("met" if ratio <= GOALS[workers] else "not met")
 
 
-def rows(args: argparse.Namespace, address: str, modes: list[str]) -> list[tuple[str, str]]:
-    """Print one row per (model, P_max, mode); return (mode, verdict) per row."""
+def rows(args: argparse.Namespace, address: str,
+         modes: list[str]) -> list[tuple[str, str, int, str, float]]:
+    """Print one row per (model, P_max, mode); return (mode, verdict, P_max, model, whole-trial
+    ratio to local) per row."""
     out = []
     for model in args.models.split(","):
         for workers in args.sizes:
@@ -90,7 +96,7 @@ def rows(args: argparse.Namespace, address: str, modes: list[str]) -> list[tuple
                 train_s, wall = (base if mode == "local"
                                  else measure(model, workers, mode, address, args.repeat))
                 ratio = wall / base[1]
-                out.append((mode, verdict(mode, workers, ratio)))
+                out.append((mode, verdict(mode, workers, ratio), workers, model, ratio))
                 print(f"| {model} | {workers} | {mode} | {train_s:.2f} | "
                       f"{train_s / base[0]:.2f}× | {wall:.2f} | {ratio:.2f}× | "
                       f"{wall - train_s:.2f} | {out[-1][1]} |", flush=True)
@@ -129,10 +135,18 @@ def main(argv: list[str] | None = None) -> int:
         cluster.close()
     print()
     for label, packed in (("a worker per rank", False), ("the ranks on fewer workers", True)):
-        these = [v for m, v in verdicts if v and ("/" in m) == packed]
+        these = [v for m, v, *_ in verdicts if v and ("/" in m) == packed]
         if these:
             print(f"whole-trial goals met, {label}: "
                   f"{sum('not' not in v for v in these)} of {len(these)}")
+    goals: dict[str, bool | None] = {}
+    for p_max, limit in GOALS.items():
+        for label, packed in (("a worker per rank", False), ("ranks on fewer workers", True)):
+            these = [r for m, v, w, _, r in verdicts if v and w == p_max and ("/" in m) == packed]
+            goals[f"whole trial <= {limit:g}x local at P_max {p_max}, {label}"] = (
+                all(r <= limit for r in these) if these else None)
+    records.write("trial_throughput", goals=goals, repeat=args.repeat, figures={
+        f"{model}_p{w}_{m}_over_local": r for m, _, w, model, r in verdicts if m != "local"})
     return 0
 
 
