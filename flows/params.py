@@ -28,9 +28,10 @@ from typing import Annotated, Any
 
 from tasks.choices import GRID_DEVICES, GRID_MODES, OBJECTIVES, PRUNERS, SAMPLERS
 
-__all__ = ["Schema", "PositiveInt", "NonNegativeInt", "Seed", "PositiveFloat",
+__all__ = ["Schema", "Choices", "PositiveInt", "NonNegativeInt", "Seed", "PositiveFloat",
            "NonNegativeFloat", "Accuracy", "Margin", "SeedCount", "GridName", "Mode", "Device",
-           "Sampler", "Pruner", "Objective", "Trials", "Epochs", "Target", "Ms"]
+           "Sampler", "Pruner", "Objective", "Trials", "Epochs", "Target", "Ms", "Algorithm",
+           "ModelName", "DatasetName", "Profile"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,40 @@ class Schema:
         return cls(tuple(keywords.items()))
 
 
+@dataclass(frozen=True)
+class Choices:
+    """The names of a registry as a parameter's choices (``enum``), read when the schema is
+    built, so that a damper or model added to its registry (CONTRIBUTING.md) is a choice of the
+    run form with no other change, and this module imports no registry (torch) to be parsed.
+
+    ``registry`` is ``module:attribute`` of a mapping or sequence of names; with ``custom``
+    (a regular expression), a value that matches it is accepted too (``profile``'s
+    ``custom:GBPS:US``): the choices then come first in an ``anyOf``, as the run form opens it.
+    """
+
+    registry: str
+    custom: str | None = None
+    example: str | None = None  # a value that matches ``custom``
+
+    def names(self) -> list[str]:
+        import importlib
+
+        module, _, attribute = self.registry.partition(":")
+        return list(getattr(importlib.import_module(module), attribute))
+
+    def __get_pydantic_json_schema__(self, core_schema: Any,
+                                     handler: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        out = handler(core_schema)
+        if self.custom is None:
+            out["enum"] = self.names()
+        else:
+            out["anyOf"] = [{"type": "string", "title": "named", "enum": self.names()},
+                            {"type": "string", "title": "custom", "pattern": self.custom,
+                             "examples": [self.example]}]
+            out.pop("type", None)
+        return out
+
+
 PositiveInt = Annotated[int, Schema.of(minimum=1)]
 NonNegativeInt = Annotated[int, Schema.of(minimum=0)]
 Seed = Annotated[int, Schema.of(minimum=0, maximum=2**32 - 1)]  # what NumPy accepts
@@ -67,6 +102,14 @@ Device = Annotated[str, Schema.of(enum=list(GRID_DEVICES))]
 Sampler = Annotated[str, Schema.of(enum=list(SAMPLERS))]
 Pruner = Annotated[str, Schema.of(enum=list(PRUNERS))]
 Objective = Annotated[str, Schema.of(enum=list(OBJECTIVES))]
+Algorithm = Annotated[str, Choices("damptune.dampers:DAMPERS")]
+ModelName = Annotated[str, Choices("models.registry:MODELS")]
+DatasetName = Annotated[str, Choices("models.datasets:DATASETS")]
+# a named network (damptune.netmodel.PROFILES) or custom:GBPS:US[:ring|tree|centralized[:MS[:MS]]]
+Profile = Annotated[str, Choices(
+    "damptune.netmodel:PROFILES",
+    custom=r"^custom:[0-9.eE+-]+:[0-9.eE+-]+(:(ring|tree|centralized)(:[0-9.eE+-]+){0,2})?$",
+    example="custom:25:30:ring")]
 # one value for every model, or one per model ({"mlp": 12, "cnn": 10}); the dict first, as
 # the defaults are: Prefect's run form opens a union on its first type
 Trials = dict[str, PositiveInt] | PositiveInt

@@ -24,17 +24,21 @@ from prefect.utilities.callables import parameter_docstrings
 from damptune import interrupt
 from damptune.validate import positive_float, positive_int
 from flows.params import (
+    Algorithm,
+    DatasetName,
     Device,
     Epochs,
     GridName,
     Margin,
     Mode,
+    ModelName,
     Ms,
     NonNegativeFloat,
     NonNegativeInt,
     Objective,
     PositiveFloat,
     PositiveInt,
+    Profile,
     Pruner,
     Sampler,
     Seed,
@@ -85,11 +89,12 @@ def resolve_locations(settings: GridSettings) -> None:
 
 
 @flow(name="tune", log_prints=True)
-def tune(networks: list[PositiveInt] = [2, 4, 8, 16], algorithms: list[str] = list(ALGORITHMS),
-    models: list[str] = list(MODEL_NAMES), dataset: str = "mnist1d", data_root: str | None = None,
+def tune(networks: list[PositiveInt] = [2, 4, 8, 16],
+    algorithms: list[Algorithm] = list(ALGORITHMS), models: list[ModelName] = list(MODEL_NAMES),
+    dataset: DatasetName = "mnist1d", data_root: str | None = None,
     device: Device = "cpu", trials: Trials = DEFAULT_TRIALS, epochs: Epochs = DEFAULT_EPOCHS,
     target_accuracy: Target = DEFAULT_TARGETS, search_margin: Margin = DEFAULT_SEARCH_MARGIN,
-    objective: Objective = "target", profile: str = "ddp-100g", mode: Mode = "centralized",
+    objective: Objective = "target", profile: Profile = "ddp-100g", mode: Mode = "centralized",
     per_worker_batch: PositiveInt = 32, seed: Seed = 0, data_seed: Seed = 0,
     sampler: Sampler = "auto", pruner: Pruner = "bound", warm_start: bool = True,
     eval_resolution: NonNegativeFloat = 0.02, overhead_ms: Ms = None,

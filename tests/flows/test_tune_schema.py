@@ -68,7 +68,8 @@ def _beyond(schema: dict) -> list:
     if "enum" in schema:
         out.append(("nope", schema["enum"][0]))
     if "pattern" in schema or "minLength" in schema:
-        out += [("a/b", "ab"), ("", "ab")]
+        edge = schema.get("examples", ["ab"])[0]
+        out += [("a/b", edge), ("", edge)]
     return out
 
 
@@ -95,4 +96,30 @@ def test_the_schema_bounds_are_the_flows_own_and_the_server_enforces_them():
             checked.append(name)
     assert {"trials", "networks", "epochs", "target_accuracy", "seed", "sampler_seed",
             "validation_seeds", "mode", "pruner", "grid_name", "checkpoint_every",
-            "workers_per_trial", "overhead_ms"} <= set(checked), checked
+            "workers_per_trial", "overhead_ms", "algorithms", "models", "dataset",
+            "profile"} <= set(checked), checked
+
+
+def test_the_run_form_offers_the_registries_names_as_choices(monkeypatch):
+    """``algorithms``, ``models``, ``dataset`` and ``profile`` are choices in the run form,
+    read from the registries when the schema is built: a damper added to ``DAMPERS`` (as
+    CONTRIBUTING.md says) is offered with no other change; a custom network profile is still
+    accepted beside the named ones."""
+    from prefect.utilities.schema_tools.validation import ValidationError, validate
+
+    from damptune.dampers import DAMPERS, GeoDamp
+    from damptune.netmodel import PROFILES
+    from models.datasets import DATASETS
+    from models.registry import MODELS
+
+    monkeypatch.setitem(DAMPERS, "newdamp", GeoDamp)
+    schema = parameter_schema(tune).model_dump_for_openapi()
+    props = schema["properties"]
+    assert props["algorithms"]["items"]["enum"] == list(DAMPERS) and "newdamp" in DAMPERS
+    assert props["models"]["items"]["enum"] == list(MODELS)
+    assert props["dataset"]["enum"] == list(DATASETS)
+    assert props["profile"]["anyOf"][0]["enum"] == list(PROFILES)
+    for good in ("ddp-100g", "custom:25:30", "custom:100:10:tree:0.5:0.01"):
+        validate({"profile": good}, schema, raise_on_error=True)
+    with pytest.raises(ValidationError, match="field 'profile'"):
+        validate({"profile": "custom:fast"}, schema, raise_on_error=True)
