@@ -89,3 +89,32 @@ def test_slurm_yaml_builds_a_real_jobqueue_cluster_with_spot_settings():
         script = cluster.job_script()
     assert "#SBATCH -t 06:00:00" in script and "#SBATCH --signal=TERM@120" in script
     assert "--lifetime 350m" in script and "--nthreads 1" in script
+
+
+# the container clusters: the keyword of the class that sets the worker containers' environment
+CONTAINER_ENV = {"dask_kubernetes.operator.KubeCluster": ("image", "env"),
+                 "dask_cloudprovider.aws.EC2Cluster": ("docker_image", "env_vars")}
+
+
+def _tested(package):
+    """The version of ``package`` in constraints.txt (the tested set)."""
+    with open(os.path.join(REPO_ROOT, "constraints.txt")) as f:
+        return next(line.split("==")[1].strip() for line in f
+                    if line.split("==")[0].strip().lower() == package)
+
+
+@pytest.mark.parametrize("path", [p for p in SPECS if spec_of(p)["class"] in CONTAINER_ENV],
+                         ids=os.path.basename)
+def test_container_cluster_yaml_installs_damptune_and_the_tested_torch(path):
+    """Dask's stock image holds neither torch nor damptune: the YAML's workers install both at
+    start (the image's EXTRA_PIP_PACKAGES), torch at the tested version, in the image of the
+    tested dask release (and so does infra/Dockerfile.worker's)."""
+    spec = spec_of(path)
+    image_key, env_key = CONTAINER_ENV[spec["class"]]
+    kwargs = spec["kwargs"]
+    assert kwargs[image_key] == f"ghcr.io/dask/dask:{_tested('dask')}-py3.11", kwargs
+    packages = kwargs[env_key]["EXTRA_PIP_PACKAGES"].split()
+    assert f"torch=={_tested('torch')}" in packages, packages
+    assert any(p.startswith("damptune@") for p in packages), packages
+    with open(os.path.join(REPO_ROOT, "infra", "Dockerfile.worker")) as f:
+        assert f"FROM {kwargs[image_key]}\n" in f.read()
