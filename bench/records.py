@@ -53,20 +53,25 @@ def _git(*args: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
+def product_of(ref: str = "HEAD") -> str:
+    """The id of the product code at the commit ``ref``: a hash of its product trees."""
+    trees = "\n".join(_git("rev-parse", f"{ref}:{path}") for path in PRODUCT_PATHS)
+    return hashlib.sha1(trees.encode()).hexdigest()[:12]
+
+
 def code() -> dict[str, Any]:
     """The commit measured, whether the working tree differs from it, and the product's id."""
-    trees = "\n".join(_git("rev-parse", f"HEAD:{path}") for path in PRODUCT_PATHS)
     changed = _git("status", "--porcelain", "--untracked-files=no")
     product_changed = _git("status", "--porcelain", "--untracked-files=no", "--",
                            *PRODUCT_PATHS)
     return {"commit": _git("rev-parse", "HEAD"), "dirty": bool(changed),
-            "product": hashlib.sha1(trees.encode()).hexdigest()[:12],
+            "product": product_of("HEAD"),
             "product_dirty": bool(product_changed)}
 
 
 def current_product() -> str:
-    """The id of the product code at HEAD (``code()["product"]``)."""
-    return code()["product"]
+    """The id of the product code at HEAD."""
+    return product_of("HEAD")
 
 
 def pace_probe() -> float:

@@ -82,15 +82,18 @@ def _section(name: str, question: str, goal: str, records: list[dict[str, Any]],
     same = [r for r in ordered if r.get("product") == latest.get("product")]
     where = ("on this product code" if current
              else f"on older product code `{latest.get('product')}`")
-    m = latest.get("machine", {})
+    m = latest.get("machine") or {}
     commit = str(latest.get("commit", ""))[:12] + (" (dirty)" if latest.get("dirty") else "")
     lines += [f"Latest record ({where}; {len(same)} on that product code, "
               f"{len(ordered)} in all): {latest.get('date')}, commit `{commit}`",
               "", f"Command: `{' '.join(latest.get('command', []))}`", "",
-              f"Machine: {m.get('cpu')}, {m.get('cores')} cores, pace probe "
-              f"{_fmt(m.get('pace_s'))} s", ""]
-    if latest.get("source"):
-        lines += [f"Source: {latest['source']}", ""]
+              "Machine: " + (f"{m.get('cpu')}, {m.get('cores')} cores, pace probe "
+                             f"{_fmt(m.get('pace_s'))} s" if m.get("pace_s") is not None
+                             else f"{m.get('cores')} cores, no pace probe (not recorded)"),
+              ""]
+    for key in ("source", "note"):
+        if latest.get(key):
+            lines += [f"{key.capitalize()}: {latest[key]}", ""]
     return [*lines, "Verdict:", "", *_verdict(latest), "", *_figures(latest, same), ""]
 
 

@@ -38,6 +38,6 @@ def test_main_time_records_the_exit_status_and_seconds(tmp_path):
     record = json.loads((tmp_path / "exit-three.jsonl").read_text())
     assert record["figures"]["exit_status"] == 3
     assert 0.5 <= record["figures"]["wall_s"] < 30
-    assert record["goal"] == "wall <= 60 s"
+    assert record["goal"] == "wall <= 60 s, exit status 0"
     assert record["verdict"] == "not met"  # a failed command meets no time goal
     assert record["command"][-len(command):] == command
