@@ -147,6 +147,9 @@ def _progress(storage: str, grid_name: str, total: int, stop: threading.Event) -
 
 def _tune(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # damptune's loggers reach the run's logs in Prefect, as prefect.yaml's work pool sets
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "damptune")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     from damptune import interrupt
     from flows.prefect_server import temporary_prefect_server
     from flows.signature import flow_params
