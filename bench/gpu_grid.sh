@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The grid items of the README's "What needs a GPU run": the `tune` flow itself (`damptune
+# The grid items of docs/gpus.md, "The GPU checklist": the `tune` flow itself (`damptune
 # tune`: a temporary Prefect server, Optuna on SQLite, MLflow on SQLite, a local Dask cluster
 # with one worker per GPU) with device=cuda, then `damptune report`, on a GPU machine with
 # PyTorch's CUDA build as its python3, from the repository's root: bash bench/gpu_grid.sh

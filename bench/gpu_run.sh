@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "What needs a GPU run", in one go on a GPU machine with PyTorch's CUDA build as
+# The GPU checklist of docs/gpus.md, in one go on a GPU machine with PyTorch's CUDA build as
 # its python3, from the repository's root: bash bench/gpu_run.sh
 # A machine that reaches no registry gets the engine's other packages as wheels in .whl,
 # downloaded where pip works (Python 3.12 here):

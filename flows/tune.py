@@ -120,7 +120,7 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16],
         target_accuracy: test accuracy in (0, 1] that stops the clock: one, or {model: accuracy}.
         search_margin: accuracy a search trial must reach above the target, in [0, 1) (held-out 0).
         objective: target (simulated time to the target) or budget (of all epochs, if accurate).
-        profile: a named network, e.g. ddp-100g (README "Network cost model"), or custom:GBPS:US.
+        profile: a named network, e.g. ddp-100g (docs/results.md), or custom:GBPS:US.
         mode: centralized (parameter server), decentralized (all-reduce) or local (one process).
         per_worker_batch: examples per rank (>= 1); a cell's batch cap is network x this.
         seed: integer seed of the training (initial weights, data order) and of the sampler.
@@ -144,7 +144,7 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16],
         max_cluster_lifetime: e.g. "6h": trials checkpoint and stop before the cluster is this old.
         trial_attempts: tries of a trial that cluster faults interrupt, in one run (>= 1).
         worker_wait: seconds a trial waits for its workers before it is interrupted (> 0).
-        workers_per_trial: Dask workers per trial (0: one per rank; None: README "Clusters").
+        workers_per_trial: Dask workers per trial (0: one per rank; None: docs/clusters.md).
         validation_seeds: held-out training seeds each cell's best is retrained on (0 to 100).
         sampler_seed: integer seed of the search's sampler (None: seed).
         system_metrics: true: MLflow's system metrics (CPU, memory, ...) on every trial's run.

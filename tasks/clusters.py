@@ -5,7 +5,7 @@ Sources (the flow's ``cluster`` parameter):
 * ``"local"`` — a ``LocalCluster`` of single-threaded worker processes on 127.0.0.1, as many
   as the largest network size, started once per flow run (no trial pays its start-up);
 * ``"tcp://HOST:PORT"`` — an existing scheduler (its workers must already be there);
-* a YAML file (e.g. ``infra/cluster-slurm.yaml``) naming any Dask cluster class by import path
+* a YAML file (e.g. ``infra/cluster-slurm-spot.yaml``) naming any Dask cluster class by import path
   with its keyword arguments: ``{class: dask_jobqueue.SLURMCluster, kwargs: {...}}``; it is
   scaled to the largest network size.
 

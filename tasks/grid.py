@@ -28,7 +28,7 @@ __all__ = ["Cell", "GridSettings", "checkpoint_path", "cells_of", "shared_across
 ALGORITHMS = ("geodamplr", "cntsdamplr", "geodamp", "padadamp", "adadamp", "radadamp")
 MODEL_NAMES = ("mlp", "cnn")
 # reached after about 2-4 epochs of MNIST-1D at batch 32: the objective tells trials apart
-# Chosen by measurement (README, "The default grid"): the test accuracy the single-process
+# Chosen by measurement (docs/results.md): the test accuracy the single-process
 # baseline (plain SGD, batch 32, lr 0.05, momentum 0.9) reaches at about 90 % of its budget of
 # DEFAULT_EPOCHS on MNIST-1D: near the plateau of the budget, where the damping of the batch
 # size matters. wrn16_4 (CIFAR-10, GPU) is not measured here.
@@ -37,14 +37,13 @@ DEFAULT_EPOCHS = {"mlp": 12.0, "cnn": 10.0, "wrn16_4": 30.0}
 # Trials per search cell. The MLP's 8 left its answer to the search's luck: two grids of
 # seeds 0 and 1 ordered adadamp and padadamp the opposite ways (6 contradictions on the MLP's
 # 4 pairs); with 16, none, and each run's best is tied-best in the other at every size
-# (`python bench/answer_stability.py --models mlp --trials 8` / `--trials 16`, README "The
-# default grid"). An MLP trial costs a third of a CNN one. The CNN keeps 8: three grids with 12
-# against three with 8, one day, gave 14 contradictions in their three pairs against 1 (README,
-# "How far to trust it"): its searches miss by their one seed's gate, not by too few trials
-# (bench/search_gate.py). A model a dict does not name (one added to the registry, say) gets
-# OTHER_TRIALS.
+# (`python -m bench answer_stability --models mlp --trials 8` / `--trials 16`; docs/results.md).
+# An MLP trial costs a third of a CNN one. The CNN keeps 8: three grids with 12 against three
+# with 8 gave 14 contradictions in their three pairs against 1 (docs/results.md): its searches
+# miss by their one seed's gate, not by too few trials. A model a dict does not name (one
+# added to the registry, say) gets OTHER_TRIALS.
 DEFAULT_TRIALS = {"mlp": 16, "cnn": 8, "wrn16_4": 8}
-# accuracy above the target a search trial must reach (README, "A search margin")
+# accuracy above the target a search trial must reach (docs/pipeline.md, "The search")
 DEFAULT_SEARCH_MARGIN = 0.01
 OTHER_TRIALS = 8
 
@@ -99,7 +98,7 @@ class GridSettings:
         default_factory=lambda: dict(DEFAULT_TARGETS))
     # accuracy a search trial must reach above its model's target (its clock stops there); the
     # held-out seeds time the target itself (tasks.validation). A configuration that touches
-    # the target only on a lucky seed does not win the search (README, "A search margin")
+    # the target only on a lucky seed does not win the search (docs/pipeline.md, "The search")
     search_margin: float = DEFAULT_SEARCH_MARGIN
     # what a trial's value is (tasks.objective): "target", the simulated time to the target;
     # "budget", the time of the whole budget, subject to the final accuracy reaching it

@@ -141,7 +141,7 @@ def sampler_for(settings: GridSettings, number: int = 0, study: str = "",
 # found the CNN's 2-D adadamp best more often in 8 trials, and two pairs of default grids with
 # it gave 1 and 3 contradictions, against 10, 17, 8 and 9 for four pairs with TPE for two; the
 # last TPE pair and GP's second ran on the same tree and day: 9 against 3, each run's best in
-# the other's tied-best set in 3 of 8 pairs for both (README, "Optuna")
+# the other's tied-best set in 3 of 8 pairs for both (docs/pipeline.md, "The search")
 GP_MAX_DIMENSIONS = 2
 
 

@@ -71,7 +71,7 @@ def torch_threads(n: int | None) -> Iterator[None]:
     While trials train on the cluster's workers, the flow's process only fits the samplers'
     Gaussian processes (torch): with torch's default of one thread per core those fits ran on
     every core, against the workers' training, and a GP's ask took longer under that load
-    (0.4-0.8 s against 0.25-0.5 s with one thread; README, the bullet "Optuna")."""
+    (0.4-0.8 s against 0.25-0.5 s with one thread; docs/pipeline.md, "The search")."""
     import torch
 
     before = torch.get_num_threads()
