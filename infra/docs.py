@@ -157,6 +157,9 @@ def render_answer() -> str:
     baseline with its 95 % CI; the commit and grid it came from on one line."""
     from tasks.answer import BASELINE
 
+    if not (ANSWER_DIR / "source.json").is_file():
+        return ("No answer recorded yet: after `make run`, `python -m infra.docs --answer-from "
+                "runs/grid` takes it from the grid's report.\n")
     source = json.loads((ANSWER_DIR / "source.json").read_text())
     rows = json.loads((ANSWER_DIR / "answer.json").read_text())
     out = [f"Measured by `{source['command']}` at commit `{source['commit'][:10]}` "
@@ -177,8 +180,40 @@ def render_answer() -> str:
     return "\n".join(out) + "\n"
 
 
+TIMED = (("make-smoke", "make smoke", None), ("make-run", "make run", 30),
+         ("make-test", "make test", 25))  # (record, command, goal in minutes)
+
+
+def _minutes(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s:02d} s"
+
+
+def render_timings() -> str:
+    """The README's timings: ``make smoke``, ``make run`` and ``make test`` from their
+    records (``python -m bench time``, written by ``make timed-run`` and the like): the latest
+    run, and the least, median and most of every recorded run."""
+    import statistics
+
+    rows = ["| command | latest run | least / median / most (runs) | goal |",
+            "|---|---|---|---|"]
+    for record, command, goal in TIMED:
+        path = ROOT / "bench" / "results" / f"{record}.jsonl"
+        runs = sorted((json.loads(line) for line in path.read_text().splitlines()
+                       if line.strip()), key=lambda r: r["date"]) if path.is_file() else []
+        walls = [r["figures"]["wall_s"] for r in runs if r["figures"].get("exit_status") == 0]
+        if not walls:
+            continue
+        spread = " / ".join(_minutes(w) for w in (min(walls), statistics.median(walls),
+                                                  max(walls)))
+        rows.append(f"| `{command}` | {_minutes(walls[-1])} | {spread} ({len(walls)}) | "
+                    f"{f'≤ {goal} min' if goal else '–'} |")
+    return ("\n".join(rows) + "\n\nFrom a fresh clone (install included), alone on the "
+            "machine; each run's record, machine and pace: [benchmarks](docs/benchmarks.md).\n")
+
+
 BLOCKS: dict[str, Callable[[], str]] = {"answer": render_answer, "dampers": render_dampers,
-                                         "models": render_models}
+                                         "models": render_models, "timings": render_timings}
 
 
 def generated_files() -> dict[Path, str]:
