@@ -30,10 +30,27 @@ from infra.stack import POOL, REPO_ROOT, _stop_process, base_env, down, free_por
 
 GIT_YAML = REPO_ROOT / "infra" / "prefect-git.yaml"
 NETWORK, ALGORITHM, MODEL = 2, "geodamp", "mlp"
-# each process of the worker's virtualenv that imported damptune writes where from (at exit)
-ORIGIN_PTH = ("import atexit, os, sys; _p = os.environ.get('DAMPTUNE_ORIGIN_LOG'); "
-              "_p and atexit.register(lambda: 'damptune' in sys.modules and open(_p, 'a')"
-              ".write(sys.modules['damptune'].__file__ + '\\n'))\n")
+# a module of the worker's virtualenv (imported by a .pth file at every start of its python):
+# each import of damptune in its processes appends where it came from to $DAMPTUNE_ORIGIN_LOG
+ORIGIN_PROBE = """
+import os, sys
+from importlib.machinery import PathFinder
+
+
+class DamptuneOrigin:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        log = os.environ.get("DAMPTUNE_ORIGIN_LOG")
+        if name != "damptune" or not log:
+            return None
+        spec = PathFinder.find_spec(name, path)  # as the import system would find it
+        with open(log, "a") as f:
+            f.write(f"{spec.origin if spec else None}\\n")
+        return spec
+
+
+sys.meta_path.insert(0, DamptuneOrigin)
+"""
 
 
 def _load(path: Path) -> dict:
@@ -95,7 +112,8 @@ def _worker_venv(path: Path) -> Path:
                                 "print(sysconfig.get_path('purelib'))"], check=True,
                                capture_output=True, text=True).stdout.strip())
     (site / "damptune-test-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    (site / "damptune-origin.pth").write_text(ORIGIN_PTH)
+    (site / "damptune_origin_probe.py").write_text(ORIGIN_PROBE)
+    (site / "damptune-origin.pth").write_text("import damptune_origin_probe\n")
     return python
 
 
@@ -165,4 +183,5 @@ def test_git_deployment_runs_on_a_worker_in_another_directory(tmp_path):
     finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
     assert len(finished) == 2, study.trials
     assert (clone / "runs").resolve() == worker_dir / "runs"
-    print(f"git deployment: flow run created to Completed in {took:.0f} s")
+    print(f"git deployment: flow run created to Completed in {took:.0f} s; damptune imported "
+          f"from {sorted(imported)}")
