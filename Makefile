@@ -52,8 +52,13 @@ stack-down: ## stop the local stack (worker, Prefect server, MLflow) by PID
 stack-status: ## PID and health of each service of the local stack
 	$(BIN)/python -m infra.stack status
 
-deploy: stack-up ## register the deployments of prefect.yaml with the local Prefect server
-	. runs/stack/stack.env && PWD=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all
+# the server PREFECT_API_URL names when it is set (no local stack), else the local stack's;
+# PREFECT_FILE=infra/prefect-git.yaml: the deployments that clone the repository (any host)
+PREFECT_FILE ?= prefect.yaml
+deploy: $(STAMP) ## register prefect.yaml's deployments with $PREFECT_API_URL, else the local stack
+	if [ -n "$$PREFECT_API_URL" ]; then echo "deploying to $$PREFECT_API_URL"; \
+	else $(BIN)/python -m infra.stack up && . runs/stack/stack.env; fi && \
+	PWD=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all --prefect-file $(PREFECT_FILE)
 
 # `make dashboard GRID=smoke` for the smoke grid's run directory, STORAGE=URL for any other
 # Optuna storage; DASHBOARD_PORT to move it
