@@ -71,12 +71,15 @@ def test_prefect_git_yaml_has_prefect_yaml_deployments_with_git_pull_steps():
     def without_job_variables(deployment: dict) -> dict:
         return {**deployment, "work_pool": {"name": deployment["work_pool"]["name"]}}
 
+    drift = ("infra/prefect-git.yaml must keep prefect.yaml's deployments and its work pool's "
+             "env: copy prefect.yaml's change there (its `deployments:` section verbatim)")
     assert ([without_job_variables(d) for d in git["deployments"]]
-            == [without_job_variables(d) for d in shipped["deployments"]])
+            == [without_job_variables(d) for d in shipped["deployments"]]), drift
     for deployment in git["deployments"]:
         variables = deployment["work_pool"]["job_variables"]
         assert variables["working_dir"] == "."  # the worker's directory, kept between runs
-        assert variables["env"] == shipped["deployments"][0]["work_pool"]["job_variables"]["env"]
+        assert variables["env"] == shipped["deployments"][0]["work_pool"]["job_variables"][
+            "env"], drift
 
     steps = git["pull"]
     assert list(steps[0]) == ["prefect.deployments.steps.git_clone"]
