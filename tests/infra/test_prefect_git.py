@@ -170,7 +170,7 @@ def test_git_deployment_runs_on_a_worker_in_another_directory(tmp_path):
     head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], check=True,
                           capture_output=True, text=True).stdout.strip()
     assert head == commit  # damptune_commit's commit, cloned into the worker's directory
-    # damptune of the flow run (and its Dask workers) came from the clone, never this checkout
+    # damptune of the flow run came from the clone (first on its PYTHONPATH), never this checkout
     imported = set(origins.read_text().split()) if origins.exists() else set()
     assert imported and all(Path(f).is_relative_to(clone) for f in imported), imported
     # the pull step installed it into the worker's virtualenv (from the clone), not the test's
