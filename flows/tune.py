@@ -132,7 +132,7 @@ def tune(networks: list[PositiveInt] = [2, 4, 8, 16],
         overhead_ms: simulated overhead per update, ms (>= 0; None: the profile's).
         overhead_per_rank_ms: simulated overhead per update and rank, ms (>= 0; None: profile's).
         grid_name: names the grid's studies, MLflow experiment and run directory; no "/".
-        run_dir: results directory (default runs/<grid_name>; relative: under the working dir).
+        run_dir: results directory (default runs/GRID_NAME; relative: under the working dir).
         storage: Optuna storage, any SQLAlchemy URL (default: SQLite optuna.db in run_dir).
         tracking_uri: MLflow URI (default: $MLFLOW_TRACKING_URI, else SQLite mlflow.db in run_dir).
         cluster: local (a LocalCluster per flow run), tcp://HOST:PORT, or a cluster YAML's path.
