@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-gpu run smoke stack-up stack-down stack-status deploy dashboard test \
-	test-fast check-install lint bench accuracy clean
+	test-fast check-install docs docs-check lint bench accuracy clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -89,6 +89,12 @@ test-fast: $(STAMP) ## the tests without those marked slow
 # `make test`
 check-install: ## non-editable install check: the run directory lands where damptune runs
 	$(PY) infra/check_install.py
+
+docs: $(STAMP) ## write the generated docs: parameter and CLI references, README's tables
+	$(BIN)/python -m infra.docs
+
+docs-check: $(STAMP) ## fail where a generated doc is stale (what tests/infra/test_docs.py checks)
+	$(BIN)/python -m infra.docs --check
 
 lint: $(STAMP) ## ruff on everything, mypy on the engine, tasks and flows
 	$(BIN)/ruff check damptune models tasks flows tests bench infra
