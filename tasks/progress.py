@@ -1,8 +1,9 @@
 """How far a grid has come, read from its own Optuna storage: finished trials per cell.
 
 ``make run`` (``infra.main``) shows it as a live line while the flow run works: cells done of
-all, trials done, the held-out stage. One SQL query per look, as ``finished_in_grid``: the
-storage is the grid's record of its work, so the line is true whichever process trains.
+all, trials done, the held-out stage. One SQL query per look
+(:func:`tasks.search.finished_per_cell`): the storage is the grid's record of its work, so the
+line is true whichever process trains.
 
 Example:
     >>> from tasks.grid import Cell
@@ -13,37 +14,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import optuna
-
 from tasks.grid import Cell
-from tasks.search import FINISHED, storage_for
+from tasks.search import finished_per_cell
 
 __all__ = ["GridProgress", "finished_per_cell"]
-
-
-def finished_per_cell(url: str, grid_name: str) -> dict[str, int]:
-    """Finished trials of each cell of ``grid_name`` in the storage at ``url``, by cell key
-    (``n2/geodamp/mlp``, ``n2/geodamp/mlp/validation``); a cell without trials is absent."""
-    import sqlalchemy
-
-    store = storage_for(url)
-    assert isinstance(store, optuna.storages.RDBStorage)  # storage_for makes one
-    query = sqlalchemy.text(
-        "SELECT studies.study_name, COUNT(trials.trial_id) FROM studies"
-        " JOIN study_user_attributes AS a ON a.study_id = studies.study_id"
-        " JOIN trials ON trials.study_id = studies.study_id"
-        " WHERE a.key = 'grid' AND a.value_json = :grid AND trials.state IN :states"
-        " GROUP BY studies.study_name"
-    ).bindparams(sqlalchemy.bindparam("states", expanding=True))
-    prefix = f"{grid_name}/"
-    with store.engine.connect() as connection:
-        rows = connection.execute(query, {"grid": json.dumps(grid_name),
-                                          "states": [s.name for s in FINISHED]}).all()
-    return {name.removeprefix(prefix): int(count) for name, count in rows}
 
 
 @dataclass(frozen=True)
