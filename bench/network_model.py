@@ -177,9 +177,10 @@ def predict(*, rate_mbit: float, delay_ms: float, params: int, n_ranks: int,
             measured: dict[str, float]) -> dict[str, float]:
     """The model's comm and step seconds on the emulated network."""
     network = Network(f"shaped-{rate_mbit:g}mbit-{delay_ms:g}ms", bandwidth_gbps=rate_mbit / 1e3,
-                      latency_us=delay_ms * 1e3, algorithm="ring")
+                      latency_us=delay_ms * 1e3, algorithm="ring",
+                      overhead_ms=max(0.0, measured["overhead"]) * 1e3)  # the network's term
     cost = CostModel(network, n_params=params, compute_per_example=0.0,
-                     compute_fixed=measured["compute"], overhead=measured["overhead"])
+                     compute_fixed=measured["compute"])
     return {
         "comm": cost.comm_seconds(n_ranks),
         "update": cost.update_seconds(batch_size=int(measured["batch_size"]), n_ranks=n_ranks),

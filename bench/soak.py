@@ -54,9 +54,10 @@ ENV = {**os.environ, "DAMPTUNE_LEASE_TTL": "6", "PREFECT_SERVER_ANALYTICS_ENABLE
 
 
 def tune_cmd(grid: list[str], run_dir: str, trials: int, *extra: str) -> list[str]:
+    """The soak's grid: its search cells only (no held-out stage), ``trials`` in each."""
     return [sys.executable, "-m", "damptune", "tune", *grid, "--trials", str(trials),
             "--grid-name", "soak", "--run-dir", run_dir, "--checkpoint-seconds",
-            str(CHECKPOINT_SECONDS), "--no-progress", *extra]
+            str(CHECKPOINT_SECONDS), "--validation-seeds", "0", "--no-progress", *extra]
 
 
 def flow_kills(args: argparse.Namespace, rng: random.Random) -> tuple[int, str]:
