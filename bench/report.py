@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench import catalog
+from bench import catalog, records
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -71,15 +71,40 @@ def _figures(latest: dict[str, Any], same: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _latest(records: list[dict[str, Any]], product: str) -> tuple[dict[str, Any], list, bool]:
+    """The latest record on ``product`` (else the latest at all), the records on its product
+    code, and whether it is on ``product``."""
+    ordered = sorted(records, key=lambda r: (r.get("date", ""), json.dumps(r, sort_keys=True)))
+    current = [r for r in ordered if r.get("product") == product]
+    latest = (current or ordered)[-1]
+    return latest, [r for r in ordered if r.get("product") == latest.get("product")], bool(current)
+
+
+def _summary(by_name: dict[str, list[dict[str, Any]]], product: str) -> list[str]:
+    lines = ["| bench | goals met | latest record | product code | source |",
+             "|---|---|---|---|---|"]
+    for name in [*catalog.BENCHES, *sorted(catalog.TIMED)]:
+        if not by_name.get(name):
+            lines.append(f"| {name} | – | no record | | |")
+            continue
+        latest, _, current = _latest(by_name[name], product)
+        verdict = latest.get("verdict")
+        verdicts = list(verdict.values()) if isinstance(verdict, dict) else [verdict]
+        judged = [v for v in verdicts if v != records.NOT_MEASURED]
+        met = f"{sum(v == 'met' for v in judged)} of {len(judged)}"
+        lines.append(f"| {name} | {met} | {str(latest.get('date'))[:10]} | "
+                     f"{'this' if current else 'older'} | "
+                     f"{'transcribed' if latest.get('source') else 'measured'} |")
+    return [*lines, ""]
+
+
 def _section(name: str, question: str, goal: str, records: list[dict[str, Any]],
              product: str) -> list[str]:
     lines = [f"## {name}", "", f"Question: {question}", "", goal, ""]
     if not records:
         return [*lines, "No record yet.", ""]
     ordered = sorted(records, key=lambda r: (r.get("date", ""), json.dumps(r, sort_keys=True)))
-    current = [r for r in ordered if r.get("product") == product]
-    latest = (current or ordered)[-1]
-    same = [r for r in ordered if r.get("product") == latest.get("product")]
+    latest, same, current = _latest(records, product)
     where = ("on this product code" if current
              else f"on older product code `{latest.get('product')}`")
     m = latest.get("machine") or {}
@@ -107,7 +132,7 @@ def render(records: list[dict[str, Any]], *, product: str) -> str:
              + ", ".join(f"`{p}/`" for p in ("damptune", "models", "tasks", "flows", "infra"))
              + "). Each bench: `python -m bench NAME`; `python -m bench list` lists them. "
              "Min / median / max are over the records on the latest record's product code.",
-             ""]
+             "", *_summary(by_name, product)]
     for name in catalog.BENCHES:
         lines += _section(name, catalog.question(name), catalog.goal(name),
                           by_name.get(name, []), product)
