@@ -111,7 +111,7 @@ class GridWatch:
             shown, said_at = p, now
             self.console.print(f"grid {self.grid_name}: {p.line()} · "
                                f"{_clock(now - t0)} elapsed{_left(p, now - t0)}",
-                               highlight=False)
+                               highlight=False, soft_wrap=True)  # one line in a log
 
 
 def _cells_text(p: GridProgress) -> str:

@@ -73,7 +73,7 @@ def test_progress_prints_a_line_where_the_output_is_no_terminal(tmp_path, monkey
             printed.set()
             return out.write(text)
 
-    console = Console(file=Spy(), force_terminal=False, width=200)
+    console = Console(file=Spy(), force_terminal=False, width=40)  # a narrow log
     with GridWatch(url, "g", [(Cell(2, "geodamp", "mlp"), 4)], console=console):
         assert printed.wait(10), "no progress line within 10 s"
-    assert "grid g: cells 0/1 · trials 1/4 · 0:00 elapsed · about 0:00 left" in out.getvalue()
+    assert "grid g: cells 0/1 · trials 1/4 · 0:00 elapsed · about 0:00 left\n" in out.getvalue()
