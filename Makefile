@@ -104,7 +104,7 @@ bench: $(STAMP) ## step-time benchmark: both modes against plain PyTorch DDP
 	$(BIN)/python -m bench step_time
 
 # every bench appends a record to bench/results/<name>.jsonl; `python -m bench list` lists them
-.PHONY: bench-report timed-run timed-test
+.PHONY: bench-report timed-run timed-smoke timed-test
 bench-report: ## render docs/benchmarks.md from the bench records (bench/results/*.jsonl)
 	$(BIN)/python -m bench report
 
@@ -112,6 +112,9 @@ bench-report: ## render docs/benchmarks.md from the bench records (bench/results
 # run them on a fresh clone, as a user's first `make run` / CI's `make test` are
 timed-run: ## make run, its wall time and status recorded (bench/results/make-run.jsonl)
 	$(PY) -m bench time make-run -- $(MAKE) run
+
+timed-smoke: ## make smoke, its wall time and status recorded (bench/results/make-smoke.jsonl)
+	$(PY) -m bench time make-smoke -- $(MAKE) smoke
 
 timed-test: ## make test, its wall time and status recorded (bench/results/make-test.jsonl)
 	$(PY) -m bench time make-test -- $(MAKE) test

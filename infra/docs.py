@@ -242,8 +242,8 @@ def take_answer(run_dir: Path) -> None:
     ANSWER_DIR.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(report / "answer.json", ANSWER_DIR / "answer.json")
     shutil.copyfile(report / "time_vs_network.png", ANSWER_DIR / "time_vs_network.png")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True, check=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=run_dir, capture_output=True,
+                            text=True, check=True).stdout.strip()  # the checkout that ran it
     import optuna
 
     storage = f"sqlite:///{run_dir}/optuna.db"
