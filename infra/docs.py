@@ -208,8 +208,9 @@ def render_timings() -> str:
                                                   max(walls)))
         rows.append(f"| `{command}` | {_minutes(walls[-1])} | {spread} ({len(walls)}) | "
                     f"{f'≤ {goal} min' if goal else '–'} |")
-    return ("\n".join(rows) + "\n\nFrom a fresh clone (install included), alone on the "
-            "machine; each run's record, machine and pace: [benchmarks](docs/benchmarks.md).\n")
+    return ("\n".join(rows) + "\n\nFrom a fresh clone, install included, on a 2-core "
+            "machine (slower where other work shared it); each run's record, machine and pace: "
+            "[benchmarks](docs/benchmarks.md).\n")
 
 
 BLOCKS: dict[str, Callable[[], str]] = {"answer": render_answer, "dampers": render_dampers,
