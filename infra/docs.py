@@ -180,8 +180,7 @@ def render_answer() -> str:
     return "\n".join(out) + "\n"
 
 
-TIMED = (("make-smoke", "make smoke", None), ("make-run", "make run", 30),
-         ("make-test", "make test", 25))  # (record, command, goal in minutes)
+TIMED = ("make-smoke", "make-run", "make-test")  # records of bench.catalog.TIMED, in this order
 
 
 def _minutes(seconds: float) -> str:
@@ -195,9 +194,12 @@ def render_timings() -> str:
     run, and the least, median and most of every recorded run."""
     import statistics
 
+    from bench.catalog import TIMED as GOALS
+
     rows = ["| command | latest run | least / median / most (runs) | goal |",
             "|---|---|---|---|"]
-    for record, command, goal in TIMED:
+    for record in TIMED:
+        command, goal = record.replace("-", " "), GOALS[record][1] / 60
         path = ROOT / "bench" / "results" / f"{record}.jsonl"
         runs = sorted((json.loads(line) for line in path.read_text().splitlines()
                        if line.strip()), key=lambda r: r["date"]) if path.is_file() else []
@@ -207,7 +209,7 @@ def render_timings() -> str:
         spread = " / ".join(_minutes(w) for w in (min(walls), statistics.median(walls),
                                                   max(walls)))
         rows.append(f"| `{command}` | {_minutes(walls[-1])} | {spread} ({len(walls)}) | "
-                    f"{f'≤ {goal} min' if goal else '–'} |")
+                    f"≤ {goal:g} min |")
     return ("\n".join(rows) + "\n\nFrom a fresh clone, install included, on a 2-core "
             "machine (slower where other work shared it); each run's record, machine and pace: "
             "[benchmarks](docs/benchmarks.md).\n")
