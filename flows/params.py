@@ -31,7 +31,7 @@ from tasks.choices import GRID_DEVICES, GRID_MODES, OBJECTIVES, PRUNERS, SAMPLER
 __all__ = ["Schema", "Choices", "PositiveInt", "NonNegativeInt", "Seed", "PositiveFloat",
            "NonNegativeFloat", "Accuracy", "Margin", "SeedCount", "GridName", "Mode", "Device",
            "Sampler", "Pruner", "Objective", "Trials", "Epochs", "Target", "Ms", "Algorithm",
-           "ModelName", "DatasetName", "Profile"]
+           "ModelName", "DatasetName", "Profile", "Networks", "Algorithms", "ModelNames"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,9 @@ Objective = Annotated[str, Schema.of(enum=list(OBJECTIVES))]
 Algorithm = Annotated[str, Choices("damptune.dampers:DAMPERS")]
 ModelName = Annotated[str, Choices("models.registry:MODELS")]
 DatasetName = Annotated[str, Choices("models.datasets:DATASETS")]
+Networks = list[PositiveInt]  # network sizes (ranks)
+Algorithms = list[Algorithm]
+ModelNames = list[ModelName]
 # a named network (damptune.netmodel.PROFILES) or custom:GBPS:US[:ring|tree|centralized[:MS[:MS]]]
 Profile = Annotated[str, Choices(
     "damptune.netmodel:PROFILES",

@@ -24,15 +24,16 @@ from prefect.utilities.callables import parameter_docstrings
 from damptune import interrupt
 from damptune.validate import positive_float, positive_int
 from flows.params import (
-    Algorithm,
+    Algorithms,
     DatasetName,
     Device,
     Epochs,
     GridName,
     Margin,
     Mode,
-    ModelName,
+    ModelNames,
     Ms,
+    Networks,
     NonNegativeFloat,
     NonNegativeInt,
     Objective,
@@ -89,15 +90,14 @@ def resolve_locations(settings: GridSettings) -> None:
 
 
 @flow(name="tune", log_prints=True)
-def tune(networks: list[PositiveInt] = [2, 4, 8, 16],
-    algorithms: list[Algorithm] = list(ALGORITHMS), models: list[ModelName] = list(MODEL_NAMES),
-    dataset: DatasetName = "mnist1d", data_root: str | None = None,
-    device: Device = "cpu", trials: Trials = DEFAULT_TRIALS, epochs: Epochs = DEFAULT_EPOCHS,
-    target_accuracy: Target = DEFAULT_TARGETS, search_margin: Margin = DEFAULT_SEARCH_MARGIN,
-    objective: Objective = "target", profile: Profile = "ddp-100g", mode: Mode = "centralized",
-    per_worker_batch: PositiveInt = 32, seed: Seed = 0, data_seed: Seed = 0,
-    sampler: Sampler = "auto", pruner: Pruner = "bound", warm_start: bool = True,
-    eval_resolution: NonNegativeFloat = 0.02, overhead_ms: Ms = None,
+def tune(networks: Networks = [2, 4, 8, 16], algorithms: Algorithms = list(ALGORITHMS),
+    models: ModelNames = list(MODEL_NAMES), dataset: DatasetName = "mnist1d",
+    data_root: str | None = None, device: Device = "cpu", trials: Trials = DEFAULT_TRIALS,
+    epochs: Epochs = DEFAULT_EPOCHS, target_accuracy: Target = DEFAULT_TARGETS,
+    search_margin: Margin = DEFAULT_SEARCH_MARGIN, objective: Objective = "target",
+    profile: Profile = "ddp-100g", mode: Mode = "centralized", per_worker_batch: PositiveInt = 32,
+    seed: Seed = 0, data_seed: Seed = 0, sampler: Sampler = "auto", pruner: Pruner = "bound",
+    warm_start: bool = True, eval_resolution: NonNegativeFloat = 0.02, overhead_ms: Ms = None,
     overhead_per_rank_ms: Ms = None, grid_name: GridName = "grid", run_dir: str | None = None,
     storage: str | None = None, tracking_uri: str | None = None, cluster: str = "local",
     max_concurrent_cells: PositiveInt = 2, max_concurrent_trials: PositiveInt = 1,
