@@ -215,8 +215,18 @@ def render_timings() -> str:
             "[benchmarks](docs/benchmarks.md).\n")
 
 
+def render_summary_sample() -> str:
+    """The README's sample of ``summary.md``: its header and first rows, from the grid the
+    answer came from (``docs/answer/summary.md``)."""
+    path = ANSWER_DIR / "summary.md"
+    if not path.is_file():
+        return "No grid's summary recorded yet (`python -m infra.docs --answer-from RUN_DIR`).\n"
+    return "\n".join(path.read_text().splitlines()[:5]) + "\n"
+
+
 BLOCKS: dict[str, Callable[[], str]] = {"answer": render_answer, "dampers": render_dampers,
-                                         "models": render_models, "timings": render_timings}
+                                         "models": render_models, "timings": render_timings,
+                                         "summary": render_summary_sample}
 
 
 def generated_files() -> dict[Path, str]:
@@ -245,6 +255,7 @@ def take_answer(run_dir: Path) -> None:
     ANSWER_DIR.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(report / "answer.json", ANSWER_DIR / "answer.json")
     shutil.copyfile(report / "time_vs_network.png", ANSWER_DIR / "time_vs_network.png")
+    shutil.copyfile(run_dir / "summary.md", ANSWER_DIR / "summary.md")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=run_dir, capture_output=True,
                             text=True, check=True).stdout.strip()  # the checkout that ran it
     import optuna
