@@ -162,8 +162,8 @@ def render_answer() -> str:
                 "runs/grid` takes it from the grid's report.\n")
     source = json.loads((ANSWER_DIR / "source.json").read_text())
     rows = json.loads((ANSWER_DIR / "answer.json").read_text())
-    out = [f"Measured by `{source['command']}` at commit `{source['commit'][:10]}` "
-           f"({source['trials']} trials); the full report: `damptune report`.\n",
+    out = [f"Measured by `{source['command']}` ({source['trials']} trials; its commit is in "
+           "`docs/answer/source.json`); the full report: `damptune report`.\n",
            f"| model | ranks | fastest | mean s [95 % CI ±] | speedup vs `{BASELINE}` "
            "[95 % CI] | tied best |", "|---|---|---|---|---|---|"]
     for row in rows:
