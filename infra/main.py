@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import quote
 from uuid import UUID
 
-from infra.prefect_api import recent_logs, run_deployment, wait_for_flow_run
+from infra.prefect_api import read_flow_run, recent_logs, run_deployment, wait_for_flow_run
 from infra.progress import GridWatch, expected_cells
 from infra.stack import (
     DEFAULT_MLFLOW_PORT,
@@ -154,8 +154,6 @@ def _run_and_wait(stack: Stack, args: argparse.Namespace,
 def _watch(stack: Stack, flow_run_id: UUID) -> contextlib.AbstractContextManager[Any]:
     """The grid's live progress (:class:`infra.progress.GridWatch`) from the flow run's
     parameters; nothing where they name no grid this process can read."""
-    from infra.prefect_api import read_flow_run
-
     params = read_flow_run(stack.prefect_api_url, flow_run_id).get("parameters") or {}
     try:
         storage, grid_name, expected = expected_cells(params, REPO_ROOT)
