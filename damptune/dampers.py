@@ -332,43 +332,67 @@ class AdaDamp(Damper):
 
 
 class RadaDamp(Damper):
-    """Robust adaptive damping from EMAs (factor ``rho``) of the batch loss and ‖g‖².
+    """Robust adaptive damping: ``d = B0 · max(1, R0 / (5·ema_loss + ema_g²))``, never below B0.
 
-    ``d = B0 / (½ (ema_loss / loss0 + ema_g2 / g2_0))``, never below B0.
+    The rule of the AdaDamp repository (stsievert/adadamp, ``adadamp/damping.py``, commit
+    c26bc46 "RadaDamp"), from each update's batch loss and squared gradient norm ``g²`` (what
+    :meth:`observe` receives after the update)::
+
+        R0  = mean of (5·loss + g²) over updates 1..warmup   (update 0 is left out)
+        ema = rho·ema + (1 − rho)·new, for the loss and g², after the warm-up, from its means
+        d   = B0 · max(1, R0 / (5·ema_loss + ema_g²)), at most B0 · max_ratio
+
+    The damping is B0 for updates 0..warmup, until R0 is known. The state (warm-up sums, R0,
+    the EMAs) is in the ``*_`` attributes: a damper restored from :meth:`state_dict` goes on
+    exactly.
+
+    Args:
+        rho: the EMA factor of the batch loss and of ‖g‖².
+        warmup: updates whose mean gives the reference R0.
     """
 
     name = "radadamp"
     uses_grad_norm = True
     search_space = (Param("rho", 0.5, 0.999, doc="EMA factor of loss and squared grad norm"),)
     max_ratio: ClassVar[float] = 1e6
+    loss_weight: ClassVar[float] = 5.0  # the weight of the loss against ‖g‖² in R0 and ema
 
-    def __init__(self, *, initial: int = 32, dwell: int = 1, rho: float = 0.9) -> None:
+    def __init__(
+        self, *, initial: int = 32, dwell: int = 1, rho: float = 0.9, warmup: int = 50
+    ) -> None:
         super().__init__(initial=initial, dwell=dwell)
         self.rho = rho
+        self.warmup = warmup
 
     def validate(self) -> None:
         if not 0 < self.rho < 1:
             raise ConfigError("batch_size__rho", self.rho, "a number in (0, 1)")
+        positive_int("batch_size__warmup", self.warmup)
 
     def observe(self, *, loss: float, grad_sq_norm: float) -> None:
-        if getattr(self, "loss0_", None) is None:
-            self.loss0_, self.g2_0_ = loss, grad_sq_norm
-            self.ema_loss_, self.ema_g2_ = loss, grad_sq_norm
+        seen = getattr(self, "observed_", 0)  # updates observed before this one
+        self.observed_ = seen + 1
+        if seen == 0:
+            return  # the first update is left out of R0
+        if seen <= self.warmup:
+            self.sum_loss_ = getattr(self, "sum_loss_", 0.0) + loss
+            self.sum_g2_ = getattr(self, "sum_g2_", 0.0) + grad_sq_norm
+            if seen == self.warmup:
+                self.ema_loss_ = self.sum_loss_ / self.warmup
+                self.ema_g2_ = self.sum_g2_ / self.warmup
+                self.r0_ = self.loss_weight * self.ema_loss_ + self.ema_g2_
             return
         r = self.rho
         self.ema_loss_ = r * self.ema_loss_ + (1 - r) * loss
         self.ema_g2_ = r * self.ema_g2_ + (1 - r) * grad_sq_norm
 
     def raw_damping(self, progress: Progress) -> float:
-        if getattr(self, "loss0_", None) is None:
+        r0 = getattr(self, "r0_", None)
+        if r0 is None:
             return float(self.initial)
-        rel = 0.5 * (_ratio(self.ema_loss_, self.loss0_) + _ratio(self.ema_g2_, self.g2_0_))
-        factor = 1.0 / rel if rel > 0 else self.max_ratio
-        return self.initial * min(max(factor, 1.0), self.max_ratio)
-
-
-def _ratio(a: float, b: float) -> float:
-    return a / b if b > 0 else 1.0
+        current = self.loss_weight * self.ema_loss_ + self.ema_g2_
+        ratio = r0 / current if current > 0 else self.max_ratio
+        return self.initial * min(max(ratio, 1.0), self.max_ratio)
 
 
 DAMPERS: dict[str, type[Damper]] = {
