@@ -1,39 +1,59 @@
-"""Is the grid's answer stable? Two complete runs of the default grid, each with its own
+"""Is the grid's answer stable? Two or more complete runs of the default grid, each with its own
 sampler seed and its own held-out training seeds, on one dataset: do they agree?
 
-Both runs use the ``tune`` flow with its defaults (all four network sizes, all six algorithms,
+The runs use the ``tune`` flow with its defaults (all four network sizes, all six algorithms,
 both models, targets, budgets, the adaptive search, warm start, bound pruning and the
 validation stage: each cell's best configuration retrained on ``validation_seeds`` held-out
-seeds), except the seed (run A: 0, run B: 1; it seeds the search's training, the sampler and
-the held-out seeds), ``--trials`` per cell, ``--validation-seeds`` and, by default,
+seeds), except the seed (``--seeds``, default 0 and 1; it seeds the search's training, the
+sampler and the held-out seeds), ``--trials`` per cell, ``--validation-seeds`` and, by default,
 ``--mode local``: every trial trains in the flow's process, the same math and the same
-simulated time as on ranks (the cross-mode oracle, tests/damptune/test_modes.py). Both train on
+simulated time as on ranks (the cross-mode oracle, tests/damptune/test_modes.py). All train on
 the same data (``--data-seed``, default 0).
 
 The answer of a run is its report's (``tasks.stats``): per (network, model) pair, each
 algorithm's mean over the held-out seeds with a 95 % CI, its speedup over ``geodamplr`` paired
 by seed, and the tied-best set.
 
-Goals (issue 24): 0 contradictions; each run's best in the other's tied-best set in >= 7 of 8
-pairs; the median 95 % CI half-width of the speedup over the baseline <= 10 %.
+Goals (issue 74, item 7), over every pair of the N >= 2 grids compared: calibration, |z| >
+1.96 in <= 10 % of the rows both grids of a pair answer, in each pair; type-S, 0 comparisons
+with the baseline significant in both grids of a pair with opposite signs; headline spread,
+the best reliable damped speedup's max / min over the grids <= 1.10 in every (network, model);
+baseline CV, the between-grid CV of the baseline's mean <= 5 % per model. The verdict is met
+only when all four are.
 
-In detail:
+In detail (pure functions over answers, lists of row dicts: :func:`measures`):
 
-* **0 contradictions**: no two algorithms significantly ordered one way in one run and the
-  other way in the other (each of the pair's comparisons at a plain 95 %, stricter than the
-  report's family-wise tied-best set; also printed family-wise, Bonferroni over the pair's
-  k (k - 1) / 2 comparisons, the level at which all of them may be stated at once);
-* the best algorithm of each run is in the other run's tied-best set (the report's, family-wise
-  over the comparisons with the best since the session of 2026-11-28; also printed with plain
-  95 % intervals, as before, and the sets' mean size) in >= 7 of 8 pairs;
-* **resolution**: the median 95 % CI half-width of the speedup over the baseline (relative to
-  the speedup) is <= 10 %, so that "everything is tied" cannot pass;
-* printed: the best damped algorithm's speedup at each network size, with its CI, both runs.
+* **calibration**: for each row both grids of a pair answer (same network, model and
+  algorithm, >= 2 held-out seeds in each), z = (mean_A - mean_B) / sqrt(se_A^2 + se_B^2), se =
+  the standard deviation of the row's seed values / sqrt(n) (from the values, not from ``ci``).
+  If each grid's interval held all the uncertainty of its answer, about 5 % of the rows would
+  have |z| > 1.96; the goal allows 10 % per pair. Printed: the count, the share, the worst rows;
+* **type-S**: an algorithm's speedup over ``geodamplr`` whose 95 % interval excludes 1 in both
+  grids, above 1 in one and below in the other: a sign error, the one disagreement a reader
+  would act on. Goal: none;
+* **headline spread**: per (network, model), the best speedup over ``geodamplr`` of a reliable
+  damped algorithm (any but ``geodamplr``, ``cntsdamplr`` and ``sgd``, which do not grow the
+  batch; ``geodamp-matched`` counts) in each grid; the spread is the largest over the smallest
+  across the grids. Goal: <= 1.10 in every (network, model): the headline moves by <= 10 %;
+* **baseline CV**: the between-grid CV (standard deviation / mean over the grids) of
+  ``geodamplr``'s mean, per model (per network and model where the baseline's row differs by
+  network): every speedup divides by it. Goal: <= 5 %.
 
-Run: ``python bench/answer_stability.py [--seeds 0,1] [--trials 8] [--validation-seeds 8]
-[--mode local] [--data-seed 0] [--objective budget --target mlp=0.6,cnn=0.83]``, or on two
-finished grids ``python bench/answer_stability.py
---run-dirs A,B [--held-out 3,4,6]``: ``--held-out`` also answers from each grid's first K
+Not a goal any more: 0 contradictions (issue 24's goal; two algorithms significantly ordered one
+way in one grid and the other way in the other, each comparison at a plain 95 %). Each pair of
+grids makes 20-30 comparisons of near-tied algorithms, and the search's variance (which
+configuration each grid's search answers with) sits outside the held-out seeds' intervals, so
+about 1-1.5 contradictions are expected by chance, and the count rises as the intervals tighten
+(more held-out seeds): a goal of 0 failed grids that agree as well as grids can. Calibration
+measures the same effect per row, against the share a calibrated interval expects. Still
+printed per pair, as information: the contradictions (plain and family-wise), each run's best in
+the other's tied-best set, the resolution (median 95 % CI half-width of the speedup over the
+baseline) and the best damped speedups per network size.
+
+Run: ``python bench/answer_stability.py [--seeds 0,1,...] [--trials 8] [--validation-seeds 8]
+[--mode local] [--data-seed 0] [--objective budget --target mlp=0.6,cnn=0.83]``, or on N >= 2
+finished grids ``python -m bench answer_stability
+--run-dirs A,B[,C...] [--held-out 3,4,6]``: ``--held-out`` also answers from each grid's first K
 held-out seeds only, what grids with ``validation_seeds=K`` would have answered (the seeds
 are a prefix; a cell whose answer misses on most of its K seeds would have retrained a
 runner-up the grid may not have: counted, and answered by its search's best). The fewer
@@ -172,11 +192,183 @@ def _relative_half_width(row: dict[str, Any]) -> float | None:
     return (row["speedup_high"] - row["speedup_low"]) / 2 / row["speedup"]
 
 
+# -- the four measures (issue 74, item 7): pure functions over answers, lists of row dicts --
+
+Rows = list[dict[str, Any]]  # an answer's rows: network, model, algorithm, mean, values, ...
+Key = tuple[int, str, str]  # a row's (network, model, algorithm)
+NOT_GROWING = (BASELINE, "cntsdamplr", "sgd")  # no headline: these do not grow the batch
+Z_95 = 1.96
+GOAL_SHARE, GOAL_SPREAD, GOAL_CV = 0.10, 1.10, 0.05
+GOAL = (f"calibration: |z| > {Z_95} in <= {100 * GOAL_SHARE:.0f} % of the rows both grids "
+        f"answer, in each pair of grids; type-S: 0 comparisons with {BASELINE} significant in "
+        "both grids of a pair with opposite signs; headline spread (max / min over the grids of "
+        f"the best reliable damped speedup) <= {GOAL_SPREAD:.2f} in every (network, model); "
+        f"baseline CV (between-grid stdev / mean of {BASELINE}'s mean) <= {100 * GOAL_CV:.0f} % "
+        "per model")
+
+
+def rows_of(answer: Answer) -> Rows:
+    """An answer's rows, every (network, model) pair's together."""
+    return [r for rows in answer.values() for r in rows]
+
+
+def _keyed(rows: Rows) -> dict[Key, dict[str, Any]]:
+    return {(r["network"], r["model"], r["algorithm"]): r for r in rows}
+
+
+def z_score(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """(mean_A - mean_B) / sqrt(se_A^2 + se_B^2) of one row two grids answer, se = the stdev of
+    the row's seed values / sqrt(n); None when either has fewer than 2 seeds."""
+    va, vb = list(a["values"].values()), list(b["values"].values())
+    if len(va) < 2 or len(vb) < 2:
+        return None
+    diff = a["mean"] - b["mean"]
+    se = math.sqrt(statistics.variance(va) / len(va) + statistics.variance(vb) / len(vb))
+    if se == 0:
+        return 0.0 if diff == 0 else math.copysign(math.inf, diff)
+    return diff / se
+
+
+def calibration(a: Rows, b: Rows, worst: int = 3) -> dict[str, Any]:
+    """The rows two answers share (>= 2 seeds in each): how many, how many with |z| > 1.96,
+    their share (None with no row), and the ``worst`` (key, z) by |z|."""
+    ka, kb = _keyed(a), _keyed(b)
+    zs = [(k, z) for k in sorted(set(ka) & set(kb)) if (z := z_score(ka[k], kb[k])) is not None]
+    outside = sum(abs(z) > Z_95 for _, z in zs)
+    return {"rows": len(zs), "outside": outside, "share": outside / len(zs) if zs else None,
+            "worst": sorted(zs, key=lambda kz: -abs(kz[1]))[:worst]}
+
+
+def _sign(row: dict[str, Any]) -> int:
+    """+1 when the speedup's interval lies above 1, -1 below, 0 when it holds 1 (or none)."""
+    low, high = row.get("speedup_low"), row.get("speedup_high")
+    if low is None or high is None:
+        return 0
+    return 1 if low > 1.0 else -1 if high < 1.0 else 0
+
+
+def type_s(a: Rows, b: Rows) -> list[tuple[Key, float, float]]:
+    """(key, speedup in A, speedup in B) of each comparison with the baseline that is
+    significant in both answers with opposite signs."""
+    ka, kb = _keyed(a), _keyed(b)
+    return [(k, ka[k]["speedup"], kb[k]["speedup"]) for k in sorted(set(ka) & set(kb))
+            if _sign(ka[k]) * _sign(kb[k]) < 0]
+
+
+def headline(rows: Rows) -> dict[tuple[int, str], float | None]:
+    """Per (network, model), the best speedup over the baseline of a reliable damped algorithm
+    (not in ``NOT_GROWING``); None where there is none."""
+    out: dict[tuple[int, str], float | None] = {}
+    for r in rows:
+        best = out.setdefault((r["network"], r["model"]), None)
+        if r["algorithm"] in NOT_GROWING or not r["reliable"] or r["speedup"] is None:
+            continue
+        out[r["network"], r["model"]] = r["speedup"] if best is None else max(best, r["speedup"])
+    return out
+
+
+def headline_spread(answers: list[Rows]) -> dict[tuple[int, str], dict[str, Any]]:
+    """Per (network, model) any answer has: each answer's headline and their max / min (None
+    when an answer has none)."""
+    heads = [headline(rows) for rows in answers]
+    out = {}
+    for pair in sorted({p for h in heads for p in h}):
+        best = [h.get(pair) for h in heads]
+        ok = all(v is not None and v > 0 for v in best)
+        out[pair] = {"best": best, "spread": max(best) / min(best) if ok else None}
+    return out
+
+
+def _cv(means: list[float | None]) -> float | None:
+    if len(means) < 2 or any(m is None for m in means) or not statistics.fmean(means):
+        return None
+    return statistics.stdev(means) / statistics.fmean(means)
+
+
+def baseline_cv(answers: list[Rows]) -> dict[str, float | None]:
+    """The baseline's mean's CV over the answers, per model ("cnn"), or per network and model
+    ("n4 cnn") where the baseline's means differ by network in some answer."""
+    means: dict[tuple[int, str], list[float | None]] = {}
+    for i, rows in enumerate(answers):
+        for r in rows:
+            if r["algorithm"] == BASELINE:
+                means.setdefault((r["network"], r["model"]), [None] * len(answers))[i] = r["mean"]
+    out: dict[str, float | None] = {}
+    for model in sorted({m for _, m in means}):
+        mine = {n: v for (n, m), v in sorted(means.items()) if m == model}
+        if all(v == next(iter(mine.values())) for v in mine.values()):
+            out[model] = _cv(next(iter(mine.values())))
+        else:
+            out.update({f"n{n} {model}": _cv(v) for n, v in mine.items()})
+    return out
+
+
+def measures(runs: dict[Any, Rows]) -> dict[str, Any]:
+    """The four measures over every pair of the answers ``runs`` (label -> rows) and whether
+    each met its goal (``met``; ``met["all"]``: the verdict)."""
+    labels = sorted(runs)
+    pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]]
+    cal = {f"{a}-{b}": calibration(runs[a], runs[b]) for a, b in pairs}
+    signs = {f"{a}-{b}": type_s(runs[a], runs[b]) for a, b in pairs}
+    spread = headline_spread([runs[s] for s in labels])
+    cv = baseline_cv([runs[s] for s in labels])
+    met = {"calibration": bool(cal) and all(c["rows"] and c["share"] <= GOAL_SHARE
+                                            for c in cal.values()),
+           "type_s": bool(signs) and not any(signs.values()),
+           "headline_spread": bool(spread) and all(
+               h["spread"] is not None and h["spread"] <= GOAL_SPREAD for h in spread.values()),
+           "baseline_cv": bool(cv) and all(v is not None and v <= GOAL_CV for v in cv.values())}
+    met["all"] = all(met.values())
+    return {"labels": labels, "calibration": cal, "type_s": signs, "headline_spread": spread,
+            "baseline_cv": cv, "met": met}
+
+
+def measure_figures(m: dict[str, Any]) -> dict[str, Any]:
+    """:func:`measures` as a record's figures: per pair, per (network, model), per model."""
+    return {"grids": len(m["labels"]), "met": m["met"],
+            "calibration": {p: {k: c[k] for k in ("rows", "outside", "share")}
+                            for p, c in m["calibration"].items()},
+            "type_s": {p: len(v) for p, v in m["type_s"].items()},
+            "headline_spread": {f"n{n} {model}": h["spread"]
+                                for (n, model), h in m["headline_spread"].items()},
+            "baseline_cv": m["baseline_cv"]}
+
+
+def print_measures(m: dict[str, Any]) -> None:
+    """The four measures, each with its goal and verdict, the worst rows of each pair."""
+    verdict = {k: records.verdict_of(v) for k, v in m["met"].items()}
+    print(f"\n## the four measures over {len(m['labels'])} grids (runs {m['labels']})")
+    print(f"calibration, |z| > {Z_95} per pair (goal <= {100 * GOAL_SHARE:.0f} % in each; "
+          f"about 5 % if each interval held all the uncertainty): {verdict['calibration']}")
+    for pair, c in m["calibration"].items():
+        share = "-" if c["share"] is None else f"{100 * c['share']:.1f} %"
+        print(f"  runs {pair}: {c['outside']} of {c['rows']} rows ({share}); the worst: "
+              + ", ".join(f"n{k[0]} {k[1]} {k[2]} z {z:+.2f}" for k, z in c["worst"]))
+    print(f"type-S, speedups over {BASELINE} significant in both grids with opposite signs "
+          f"(goal 0): {sum(len(v) for v in m['type_s'].values())}, {verdict['type_s']}")
+    for pair, found in m["type_s"].items():
+        for k, sa, sb in found:
+            print(f"  runs {pair}: n{k[0]} {k[1]} {k[2]} {sa:.2f}x and {sb:.2f}x")
+    print(f"headline spread, the best reliable damped speedup's max / min over the grids (goal "
+          f"<= {GOAL_SPREAD:.2f} in every (network, model)): {verdict['headline_spread']}")
+    for (n, model), h in m["headline_spread"].items():
+        best = ", ".join("-" if v is None else f"{v:.2f}x" for v in h["best"])
+        spread = "-" if h["spread"] is None else f"{h['spread']:.3f}"
+        print(f"  n{n} {model}: {spread} ({best})")
+    print(f"baseline CV, {BASELINE}'s mean over the grids (goal <= {100 * GOAL_CV:.0f} %): "
+          f"{verdict['baseline_cv']}; " + ", ".join(
+              f"{k} {'-' if v is None else f'{100 * v:.1f} %'}"
+              for k, v in m["baseline_cv"].items()))
+    print(f"verdict (all four): {verdict['all']}")
+
+
 def report(runs: dict[int, Answer]) -> dict[str, float]:
-    """Print the comparison of two runs' answers; return its figures."""
+    """Print the comparison of two runs' answers, as information (no goal: the module's
+    docstring says why); return its figures."""
     a, b = sorted(runs)[:2]
     pairs = sorted(set(runs[a]) & set(runs[b]))
-    print("| pair | " + " | ".join(f"seed {s}: mean s [tied best*]" for s in (a, b)) + " |")
+    print(f"\n## runs {a} and {b}")
+    print("| pair | " + " | ".join(f"run {s}: mean s [tied best*]" for s in (a, b)) + " |")
     print("|---|---|---|")
     for pair in pairs:
         print(f"| n{pair[0]} {pair[1]} | " + " | ".join(", ".join(
@@ -188,8 +380,8 @@ def report(runs: dict[int, Answer]) -> dict[str, float]:
     widths = [w for s in (a, b) for p in pairs for r in runs[s][p]
               if (w := _relative_half_width(r)) is not None]
     width = statistics.median(widths) if widths else float("nan")
-    print(f"\ncontradictions (significantly ordered both ways): {contradictions}; goal 0: "
-          f"{'met' if contradictions == 0 else 'not met'}")
+    print(f"\ncontradictions (significantly ordered both ways, each at a plain 95 %; no goal, "
+          f"about 1-1.5 expected by chance): {contradictions}")
     for p, orders in both_ways.items():
         for x, y in orders:
             print(f"  n{p[0]} {p[1]}: {x} < {y} in run {b}, {y} < {x} in run {a}; "
@@ -198,17 +390,26 @@ def report(runs: dict[int, Answer]) -> dict[str, float]:
             print(f"    {x}'s time over {y}'s, paired by seed: " + ", ".join(
                 f"run {s} {_paired(runs[s][p], x, y)}" for s in (a, b)))
     _family_wise_contradictions(runs, pairs)
-    print(f"each run's best in the other's tied-best set: {agree} of {len(pairs)} pairs; "
-          f"goal >= 7 of 8: {'met' if agree >= 7 / 8 * len(pairs) else 'not met'}"
-          + ("" if len(pairs) == 8 else " (as a share of the pairs)"))
+    print(f"each run's best in the other's tied-best set: {agree} of {len(pairs)} pairs")
     _tied_sizes(runs, pairs)
     print(f"resolution: median 95 % CI half-width of the speedup over {BASELINE}: "
-          f"{width:.1%} ({len(widths)} intervals); goal <= 10 %: "
-          f"{'met' if width <= 0.10 else 'not met'}")
+          f"{width:.1%} ({len(widths)} intervals)")
     _by_model(runs, pairs, both_ways)
-    _speedups(runs, pairs)
     return {"contradictions": contradictions, "best_in_other_tied_set": agree,
             "pairs": len(pairs), "median_ci_half_width": width}
+
+
+def compare(runs: dict[int, Answer]) -> dict[str, Any]:
+    """Print each pair of runs' comparison (:func:`report`), the best damped speedups and the
+    four measures (:func:`measures`); return the figures, the measures' and per pair the
+    report's (``pairwise``)."""
+    labels = sorted(runs)
+    pairwise = {f"{a}-{b}": report({a: runs[a], b: runs[b]})
+                for i, a in enumerate(labels) for b in labels[i + 1:]}
+    _speedups(runs, sorted(set.intersection(*(set(runs[s]) for s in labels))))
+    m = measures({s: rows_of(runs[s]) for s in labels})
+    print_measures(m)
+    return {**measure_figures(m), "pairwise": pairwise}
 
 
 def _by_model(runs: dict[int, Answer], pairs: list[tuple[int, str]],
@@ -315,7 +516,7 @@ def _speedup_lines(runs: dict[int, Answer], pairs: list[tuple[int, str]],
                                          + (f" [{best['speedup_low']:.2f}, "
                                             f"{best['speedup_high']:.2f}]"
                                             if best["speedup_low"] is not None else "")))
-            print(f"  seed {s} {model}: " + "; ".join(parts))
+            print(f"  run {s} {model}: " + "; ".join(parts))
 
 
 def held_out_noise(runs: dict[int, Answer], goal: float = 0.05) -> None:
@@ -460,7 +661,7 @@ def _near(a: dict[str, Any], b: dict[str, Any], within: float) -> bool:
         else a[k] == b[k] for k in a)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     from flows.cli import _per_model  # damptune tune's parser of a per-model value
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -479,9 +680,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the grids' target accuracies, e.g. mlp=0.6,cnn=0.83 (default: "
                         "the flow's)")
     parser.add_argument("--run-dirs", type=lambda t: t.split(","),
-                        help="A,B: compare two finished grids' run directories (e.g. `make run`'s "
-                        "runs/grid and a `damptune tune --seed 1` of the same grid) instead of "
-                        "running them")
+                        help="A,B[,C...]: compare N >= 2 finished grids' run directories, every "
+                        "pair of them (e.g. `make run`'s runs/grid and a `damptune tune --seed "
+                        "1` of the same grid) instead of running them")
     parser.add_argument("--run-dir", default=os.path.join("runs", "answer-stability"))
     parser.add_argument("--held-out", type=lambda t: [int(x) for x in t.split(",")],
                         help="with --run-dirs: K1,K2,...: also the answers of each grid's "
@@ -492,41 +693,51 @@ def main(argv: list[str] | None = None) -> int:
     if args.held_out and (not args.run_dirs or min(args.held_out) < 1):
         parser.error(f"--held-out={','.join(map(str, args.held_out))} is not accepted; expected "
                      "held-out seed counts >= 1, with --run-dirs A,B")
+    given = args.run_dirs or args.seeds
+    if len(set(given)) < 2 or len(set(given)) < len(given):
+        option = "--run-dirs" if args.run_dirs else "--seeds"
+        parser.error(f"{option}={','.join(map(str, given))} is not accepted; expected 2 or more "
+                     "distinct grids to compare")
+    return args
+
+
+def _diagnose(run_dirs: list[str]) -> None:
+    """What each finished grid's held-out and search trials did (reading its database)."""
+    print("held-out trainings (validation and matched) that missed the target:")
+    for run_dir in run_dirs:
+        misses(run_dir)
+    print("near misses retrained beside their search's best:")
+    for run_dir in run_dirs:
+        near_misses(run_dir)
+    print("search trials that asked a pruned configuration again:")
+    for run_dir in run_dirs:
+        re_asks(run_dir)
+    print("search trials with the value of an earlier trial of their cell (a flat region):")
+    for run_dir in run_dirs:
+        flat_trials(run_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    if not args.run_dirs:
+    if args.run_dirs:
+        runs: dict[int, Any] = {i: answer_of(d) for i, d in enumerate(args.run_dirs)}
+        print("finished grids compared: " + ", ".join(
+            f"run {i} {d}" for i, d in enumerate(args.run_dirs)))
+        _diagnose(args.run_dirs)
+    else:
         print(f"default grid, seeds {args.seeds}, data seed {args.data_seed}, "
               f"{args.trials or 'the default'} trials per cell, {args.validation_seeds} "
               f"held-out seeds per cell, mode {args.mode}")
-    if args.run_dirs:
-        runs: dict[int, Any] = {i: answer_of(d) for i, d in enumerate(args.run_dirs)}
-        print(f"finished grids compared: {args.run_dirs} (runs 0 and 1 below)")
-        print("held-out trainings (validation and matched) that missed the target:")
-        for run_dir in args.run_dirs:
-            misses(run_dir)
-        print("near misses retrained beside their search's best:")
-        for run_dir in args.run_dirs:
-            near_misses(run_dir)
-        print("search trials that asked a pruned configuration again:")
-        for run_dir in args.run_dirs:
-            re_asks(run_dir)
-        print("search trials with the value of an earlier trial of their cell (a flat region):")
-        for run_dir in args.run_dirs:
-            flat_trials(run_dir)
-    else:
         runs = {s: run_grid(s, args) for s in args.seeds}
     held_out_noise(runs)
-    figures: dict[str, Any] = report(runs)
+    figures = compare(runs)
     for k in args.held_out or []:
         print(f"\n## the first {k} held-out seeds of each grid")
-        figures[f"first_{k}_held_out"] = report(
+        figures[f"first_{k}_held_out"] = compare(
             {i: answer_of(d, held_out=k) for i, d in enumerate(args.run_dirs)})
-    pairs, width = figures["pairs"], figures["median_ci_half_width"]
-    records.write("answer_stability", figures=figures, run_dirs=args.run_dirs, goals={
-        "0 contradictions": figures["contradictions"] == 0,
-        "each run's best in the other's tied-best set in >= 7 of 8 pairs":
-        figures["best_in_other_tied_set"] >= 7 / 8 * pairs if pairs else None,
-        "median 95 % CI half-width of the speedup <= 10 %": width <= 0.10 if width == width
-        else None})
+    records.write("answer_stability", figures=figures, run_dirs=args.run_dirs,
+                  goals={GOAL: figures["met"]["all"]})
     return 0
 
 
