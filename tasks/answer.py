@@ -13,14 +13,21 @@ from typing import Any
 
 from damptune import TrainConfig
 from damptune.dampers import DAMPERS
-from damptune.netmodel import PROFILES, Network, simulated_times, time_to_target
+from damptune.netmodel import (
+    PROFILES,
+    CostModel,
+    Network,
+    simulated_times,
+    time_to_target,
+)
+from tasks.grid import never_grows
 from tasks.objective import judge
 from tasks.stats import RESOLVE_CAP
 from tasks.validation import HELD_OUT_EPOCHS, MATCHED_SUFFIX
 
 __all__ = ["BASELINE", "RANK_COLUMNS", "answer_markdown", "progress_to_target", "eval_curve",
-           "rank_cells", "replay_on_profiles", "ranking_markdown", "profiles_markdown",
-           "n_params_of"]
+           "rank_cells", "replay_on_profiles", "profile_costs", "mechanism_sentence",
+           "ranking_markdown", "profiles_markdown", "n_params_of"]
 
 BASELINE = "geodamplr"  # plain SGD with a step learning-rate decay: the AdaDamp paper's baseline
 RANK_COLUMNS = ("grid", "network", "model", "rank", "algorithm", "best_value",
@@ -95,6 +102,17 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else float(seconds) * 1e3
 
 
+def profile_costs(config: TrainConfig, n_params: int, *,
+                  profiles: dict[str, Network] | None = None) -> dict[str, CostModel]:
+    """The run's cost model (its compute calibration, ``n_params`` parameters) on every
+    network profile (default: the named ones), with the run's overhead override (seconds per
+    update, in its configuration) in place of each profile's when it has one."""
+    cost = config.cost_model(n_params)
+    return {name: cost.with_network(network.with_overhead(_ms(config.overhead),
+                                                          _ms(config.overhead_per_rank)))
+            for name, network in (profiles or PROFILES).items()}
+
+
 def replay_on_profiles(ckpt: dict[str, Any], *, target: float, objective: str = "target",
                        profiles: dict[str, Network] | None = None) -> list[dict[str, Any]]:
     """The run's value on every network profile (default: the named ones): its time to
@@ -107,16 +125,13 @@ def replay_on_profiles(ckpt: dict[str, Any], *, target: float, objective: str = 
     (None when not reached) and ``updates``.
     """
     config = TrainConfig.from_dict(ckpt["config"])
-    cost = config.cost_model(n_params_of(ckpt))
     norm = bool(config.make_damper().uses_grad_norm)
     history = ckpt["history"]
     budget = objective == "budget" and judge(target=target, kind=objective,
                                              n_train=config.n_train)(history).reached
     last = next((int(r["update"]) for r in reversed(history) if r["kind"] == "update"), None)
     rows = []
-    for name, network in (profiles or PROFILES).items():
-        net = cost.with_network(network.with_overhead(_ms(config.overhead),
-                                                      _ms(config.overhead_per_rank)))
+    for name, net in profile_costs(config, n_params_of(ckpt), profiles=profiles).items():
         if objective == "budget":
             seconds = simulated_times(history, net, norm=norm)[-1] if budget else None
             rows.append({"profile": name, "reached": budget, "seconds": seconds,
@@ -185,10 +200,12 @@ def _interval(low: float | None, mid: float | None, high: float | None) -> str:
     return f"{mid:.2f}× [{low:.2f}, {high:.2f}]" if low is not None else f"{mid:.2f}×"
 
 
-def answer_markdown(rows: list[dict[str, Any]]) -> str:
+def answer_markdown(rows: list[dict[str, Any]], *, profile: str | None = None) -> str:
     """The answer per (network, model): each algorithm's mean simulated time over the held-out
     seeds (95 % CI), its paired speedup over the baseline, and the tied-best set, with a
-    sentence saying which algorithms the data cannot tell apart."""
+    sentence saying which algorithms the data cannot tell apart, and one saying how the best
+    damped algorithm won (:func:`mechanism_sentence`, on ``profile``: default the one the
+    rows' trials were simulated on)."""
     parts: list[str] = []
     pair = None
     heads = ("rank", "algorithm", "mean s ± 95 % CI", "seeds (reached)",
@@ -199,6 +216,7 @@ def answer_markdown(rows: list[dict[str, Any]]) -> str:
             in_pair = [r for r in rows if (r["network"], r["model"]) == pair]
             parts += [f"\n### {row['model']} on {row['network']} ranks\n",
                       _verdict(in_pair) + _unchanged(in_pair) + "\n",
+                      *_paragraph(mechanism_sentence(in_pair, profile=profile)),
                 "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
         ci = "" if row["ci"] is None else f" ± {row['ci']:.3g}"
         parts.append("| " + " | ".join((
@@ -208,6 +226,47 @@ def answer_markdown(rows: list[dict[str, Any]]) -> str:
             "yes" if row["tied_best"] else "no" if row["reliable"] else "no: missed the target "
             "on most seeds", _cell(row["params"]) + _replaced(row))) + " |")
     return (_near_misses(rows) + "\n".join(parts)).lstrip("\n") + "\n"
+
+
+def _paragraph(text: str) -> list[str]:
+    return [text + "\n"] if text else []
+
+
+def mechanism_sentence(rows: list[dict[str, Any]], *, profile: str | None = None) -> str:
+    """How the best reliable damped row of a (network, model) pair's answer rows
+    (:func:`tasks.stats.compare_pair`, ranked) beat the baseline: X× fewer model updates
+    (1 / ``updates_ratio``) at Y× the epochs (``epochs_ratio``), and Z× less simulated
+    wall-clock on ``profile`` (its ``profile_speedups``; default the profile the trials were
+    simulated on), each with its 95 % interval. "" for a pair without damped rows, or whose
+    trials did not record their mechanism (a grid from before it was)."""
+    damped = [r for r in rows if not never_grows(str(r["algorithm"]))]
+    if not damped or not any(r.get("mechanism") for r in rows):
+        return ""
+    best = next((r for r in damped if r["reliable"]), None)
+    if best is None:
+        return ("Mechanism: no damped algorithm reached the target on most held-out seeds, "
+                "so none shows fewer updates to it.")
+    if best.get("updates_ratio") is None:
+        return (f"Mechanism: damping ({best['algorithm']}) and {BASELINE} reached the target "
+                "on no common held-out seed with their updates recorded: no paired "
+                "comparison of updates.")
+    low, mid, high = best["updates_ratio_low"], best["updates_ratio"], best["updates_ratio_high"]
+    fewer = _interval(None if high is None else 1 / high, 1 / mid,
+                      None if low is None else 1 / low)
+    epochs = _interval(best["epochs_ratio_low"], best["epochs_ratio"],
+                       best["epochs_ratio_high"])
+    name = profile or _trained_profile(rows)
+    speedup = (best.get("profile_speedups") or {}).get(name) if name else None
+    time = (f"on profile {name} that is {_interval(*speedup)} less wall-clock time"
+            if speedup else f"no paired time on profile {name or '(unknown)'}")
+    return (f"Mechanism: damping ({best['algorithm']}) reached the target in {fewer} fewer "
+            f"updates at {epochs} the epochs; {time}.")
+
+
+def _trained_profile(rows: list[dict[str, Any]]) -> str | None:
+    """The network profile the rows' trials were simulated on (their mechanisms say)."""
+    return next((str(m["profile"]) for r in rows for m in (r.get("mechanism") or {}).values()
+                 if m and m.get("profile")), None)
 
 
 def _near_misses(rows: list[dict[str, Any]]) -> str:

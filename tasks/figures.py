@@ -8,6 +8,9 @@
   model updates and epochs, with the target as a dashed line.
 * ``profiles.png``: each algorithm's best trial at the largest network replayed on every named
   network profile (grouped bars; "n/r" where it does not reach the target on that profile).
+* ``speedup_vs_ratio.png`` (when the answer's trials recorded their mechanism): each damped
+  algorithm's paired speedup over the baseline on every profile, against that profile's
+  compute : communication ratio (:func:`speedup_vs_ratio`).
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tasks.grid import ALGORITHMS
+from tasks.answer import BASELINE
+from tasks.grid import ALGORITHMS, never_grows
 from tasks.objective import value_name
 
-__all__ = ["draw_figures", "FIGURES"]
+__all__ = ["draw_figures", "FIGURES", "MECHANISM_FIGURE", "speedup_vs_ratio"]
 
 FIGURES = ("time_vs_network.png", "accuracy_vs_time.png", "accuracy_vs_updates.png",
            "accuracy_vs_epochs.png", "profiles.png")
+MECHANISM_FIGURE = "speedup_vs_ratio.png"  # drawn when the answer's rows have profile speedups
 CURVE_AXES = {"accuracy_vs_time.png": ("time_sim", "simulated wall-clock (s)"),
               "accuracy_vs_updates.png": ("update", "model updates"),
               "accuracy_vs_epochs.png": ("epoch", "epochs")}
@@ -233,6 +238,82 @@ def profiles_bars(report: dict[str, Any]) -> Any:
     return _finish(fig, handles)
 
 
+def speedup_vs_ratio(report: dict[str, Any]) -> Any:
+    """Why damping wins where it does: each damped algorithm's speedup over the baseline at
+    the largest network of the answer (y, log; the paired geometric mean over the held-out
+    seeds with its 95 % interval as an error bar, from its row's ``profile_speedups``) on
+    every network profile, placed at that profile's compute : communication ratio (x, log,
+    dimensionless; :func:`tasks.mechanism.compute_comm_ratio`: the seconds a rank computes its
+    ``per_worker_batch`` examples of an update over the seconds the update's gradients take
+    to travel among the network's ranks, orchestration overhead excluded; the median of the
+    pair's trials' calibrations). A Figure, one panel per model, one line per damped
+    algorithm (labelled with its name); a dashed line at 1 (as fast as the baseline). The
+    x ticks name the profiles."""
+    plt = _pyplot()
+    from matplotlib.lines import Line2D
+
+    answer = [r for r in report.get("answer", []) if r.get("profile_speedups")]
+    models = sorted({str(r["model"]) for r in answer})
+    named = {str(r["algorithm"]) for r in report.get("answer", [])}
+    order = [a for a in ALGORITHMS if a in named] + sorted(named - set(ALGORITHMS))
+    fig, axes = _panels(plt, max(1, len(models)))
+    for ax, model in zip(axes, models, strict=False):
+        network = max(int(r["network"]) for r in answer if r["model"] == model)
+        _speedup_panel(ax, [r for r in report["answer"] if r["model"] == model
+                            and int(r["network"]) == network], order)
+        ax.set_title(f"{model}, {network} ranks: speedup on each profile")
+    handles = [Line2D([], [], label=a, **_style(a, order))
+               for a in sorted({str(r["algorithm"]) for r in answer}, key=order.index)
+               if not never_grows(a)]
+    handles.append(Line2D([], [], color="black", linestyle="--", label=f"as fast as {BASELINE}"))
+    return _finish(fig, handles)
+
+
+def _speedup_panel(ax: Any, pair: list[dict[str, Any]], order: list[str]) -> None:
+    """One model's panel of :func:`speedup_vs_ratio`: its damped rows at one network size, an
+    x tick per profile (its name and ratio)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
+
+    ratios = _compute_comm(pair)
+    for row in pair:
+        if never_grows(str(row["algorithm"])) or not row.get("profile_speedups"):
+            continue
+        points = sorted((ratios[p], *v) for p, v in row["profile_speedups"].items()
+                        if ratios.get(p))
+        mid = [m for _, _, m, _ in points]
+        err = [[m - (lo if lo is not None else m) for _, lo, m, _ in points],
+               [(hi if hi is not None else m) - m for _, _, m, hi in points]]
+        ax.errorbar([x for x, *_ in points], mid, yerr=err, capsize=4, alpha=0.9,
+                    label=row["algorithm"], **_style(str(row["algorithm"]), order))
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ticks = sorted(ratios.items(), key=lambda kv: kv[1])
+    ax.set_xticks([r for _, r in ticks], [f"{n} ({r:.3g})" for n, r in ticks], fontsize=8,
+                  rotation=25, ha="right")
+    ax.xaxis.set_minor_locator(NullLocator())
+    low, high = ax.get_ylim()
+    plain = FuncFormatter(lambda v, _: f"{v:.2g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain if high < 10 * low else NullFormatter())
+    ax.set_xlabel("each profile's compute : communication per update and rank")
+    ax.set_ylabel(f"speedup over {BASELINE} (×)")
+    ax.grid(alpha=0.3, which="both")
+
+
+def _compute_comm(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """{profile: the median compute : communication ratio of the rows' trials' mechanisms}."""
+    import statistics
+
+    found: dict[str, list[float]] = {}
+    for row in rows:
+        for m in (row.get("mechanism") or {}).values():
+            for name, ratio in ((m or {}).get("compute_comm") or {}).items():
+                if ratio:
+                    found.setdefault(name, []).append(float(ratio))
+    return {name: statistics.median(v) for name, v in found.items()}
+
+
 def draw_figures(report: dict[str, Any], out_dir: str, *,
                  errors: list[str] | None = None) -> list[str]:
     """Every figure of the report in ``out_dir``; returns the paths drawn (none without rows).
@@ -246,6 +327,8 @@ def draw_figures(report: dict[str, Any], out_dir: str, *,
     draws += [(name, accuracy_curves, {"x_key": x_key, "x_label": x_label})
               for name, (x_key, x_label) in CURVE_AXES.items()]
     draws.append((FIGURES[-1], profiles_bars, {}))
+    if any(r.get("profile_speedups") for r in report.get("answer", [])):
+        draws.append((MECHANISM_FIGURE, speedup_vs_ratio, {}))
     paths = []
     for name, draw, kwargs in draws:
         path = os.path.join(out_dir, name)

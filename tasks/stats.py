@@ -14,7 +14,7 @@ chance of up to 1 - 0.95**6 = 26 %). With two algorithms it is the plain 95 % in
 Example:
     >>> lo, mid, hi = paired_ratio({1: 10.0, 2: 12.0, 3: 11.0}, {1: 5.0, 2: 6.1, 3: 5.4})
     >>> round(mid, 2), lo > 1.0
-    (2.01, True)
+    (2.0, True)
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Any
 from scipy.special import stdtrit
 
 __all__ = ["CONFIDENCE", "mostly_reached", "mean_ci", "paired_ratio", "compare_pair",
-           "family", "vs_best", "RESOLVE_CAP", "seeds_to_resolve", "answer_rows", "ANSWER_COLUMNS"]
+           "family", "vs_best", "RESOLVE_CAP", "seeds_to_resolve", "answer_rows", "ANSWER_COLUMNS",
+           "mechanism_ratios"]
 
 CONFIDENCE = 0.95
 # seeds_to_resolve stops counting here: two algorithms this close are, in practice, as fast
@@ -79,7 +80,8 @@ def compare_pair(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str,
     ``ci`` (half-width), ``n_seeds``, ``speedup`` over ``baseline`` with ``speedup_low`` and
     ``speedup_high`` (paired), ``vs_best_low`` (the low end of this / best's family-wise
     interval: one of the reliable rows' comparisons with the best), ``reliable`` (reached the
-    target on most seeds) and ``tied_best``; sorted by mean, the reliable ones first. The best
+    target on most seeds), ``tied_best``, and the mechanism's ratios to the baseline
+    (:func:`mechanism_ratios`); sorted by mean, the reliable ones first. The best
     is the reliable one of least mean; only reliable ones tie."""
     rows = [dict(r) for r in rows if r["values"]]
     base = next((r for r in rows if r["algorithm"] == baseline), None)
@@ -94,10 +96,54 @@ def compare_pair(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str,
         low, mid, high = (paired_ratio(base["values"], r["values"]) if base
                           else (None, None, None))
         r["speedup"], r["speedup_low"], r["speedup_high"] = mid, low, high
+        r.update(mechanism_ratios(r, base))
     rows.sort(key=lambda r: (not r["reliable"], r["mean"], r["algorithm"]))
     for r, (low, tied) in zip(rows, vs_best(rows, family(rows)), strict=True):
         r["vs_best_low"], r["tied_best"] = low, tied
     return rows
+
+
+MECHANISM_KEYS = ("updates", "epochs")  # a mechanism's counts to the target, compared as ratios
+
+
+def mechanism_ratios(row: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]:
+    """How ``row`` reached the target against ``base`` (the baseline's row of its pair), from
+    the ``mechanism`` of each held-out seed's trial ({seed: :func:`tasks.mechanism.mechanism`
+    dict or None}), paired over the seeds on which both reached the target:
+    ``updates_ratio`` and ``epochs_ratio`` (this row's model updates, and epochs, to the
+    target over the baseline's: below 1 is fewer) with ``_low``/``_high``, their 95 %
+    interval (:func:`paired_ratio`); and ``profile_speedups`` ({profile: (low, mid, high)}:
+    the baseline's simulated seconds to the target over this row's, on each network
+    profile). None where no seed pairs (no baseline; a grid from before trials recorded
+    their mechanism)."""
+    mine, theirs = _reached_mechanisms(row), _reached_mechanisms(base) if base else {}
+    out: dict[str, Any] = {}
+    for key in MECHANISM_KEYS:
+        low, mid, high = paired_ratio(_field(mine, key), _field(theirs, key))
+        out |= {f"{key}_ratio": mid, f"{key}_ratio_low": low, f"{key}_ratio_high": high}
+    names = dict.fromkeys(p for m in (*mine.values(), *theirs.values())
+                          for p in m.get("profiles") or {})
+    speedups = {p: paired_ratio(_field(theirs, "profiles", p), _field(mine, "profiles", p))
+                for p in names}
+    out["profile_speedups"] = {p: v for p, v in speedups.items() if v[1] is not None} or None
+    return out
+
+
+def _reached_mechanisms(row: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The mechanisms of ``row``'s seeds that reached the target (by the row's ``reached``
+    and by the mechanism's own count of updates to it)."""
+    reached = {int(s): bool(v) for s, v in (row.get("reached") or {}).items()}
+    return {int(s): m for s, m in (row.get("mechanism") or {}).items()
+            if m and reached.get(int(s)) and m.get("updates") is not None}
+
+
+def _field(mechanisms: dict[int, dict[str, Any]], key: str,
+           profile: str | None = None) -> dict[int, float]:
+    """{seed: the mechanism's ``key``} (with ``profile``: its seconds on that profile), the
+    seeds that have one."""
+    values = {s: (m.get(key) or {}).get(profile) if profile else m.get(key)
+              for s, m in mechanisms.items()}
+    return {s: float(v) for s, v in values.items() if v is not None}
 
 
 def vs_best(rows: list[dict[str, Any]], comparisons: int) -> list[tuple[float | None, bool]]:
@@ -146,7 +192,9 @@ def seeds_to_resolve(rows: list[dict[str, Any]]) -> int | None:
 
 ANSWER_COLUMNS = ("network", "model", "rank", "algorithm", "mean", "ci", "n_seeds", "speedup",
                   "speedup_low", "speedup_high", "tied_best", "reliable", "reached_seeds",
-                  "params", "validates", "replaced", "unchanged_seeds", "search_shortfall")
+                  "params", "validates", "replaced", "unchanged_seeds", "search_shortfall",
+                  "updates_ratio", "updates_ratio_low", "updates_ratio_high", "epochs_ratio",
+                  "epochs_ratio_low", "epochs_ratio_high", "profile_speedups")
 
 
 def answer_rows(validation: list[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ from tasks.driver import trial_handle
 from tasks.faults import is_infrastructure_fault
 from tasks.grid import Cell, GridSettings, checkpoint_path
 from tasks.leases import Heartbeat
+from tasks.mechanism import MECHANISM_ATTR, mechanism
 from tasks.objective import (
     SCHEDULE_ATTR,
     Outcome,
@@ -288,31 +289,38 @@ def _train(grid: GridSettings, c: Cell, ds: Dataset, setup: _Setup, *, number: i
         training["checkpoint"] = checkpoint_path(grid, c, number)
     return _outcome(state, number=number, params=params, logger=logger,
                     judge=_judge(grid, c, ds), pruned=pruner.pruned, work=worklog.totals(),
-                    training=training)
+                    training=training, target=target)
 
 
-def _complete_attrs(state: TrainState, training: dict[str, Any] | None) -> dict[str, Any]:
-    """A COMPLETE trial's user attributes: what reuses it (when it may be reused) and when its
-    schedule first changed the batch size or learning rate (:func:`first_change_epoch`)."""
-    attrs: dict[str, Any] = {SCHEDULE_ATTR: first_change_epoch(state.history)}
+def _complete_attrs(state: TrainState, training: dict[str, Any] | None, *,
+                    target: float) -> dict[str, Any]:
+    """A COMPLETE trial's user attributes: what reuses it (when it may be reused), when its
+    schedule first changed the batch size or learning rate (:func:`first_change_epoch`), and
+    its updates, epochs and simulated seconds per profile to ``target`` (test accuracy) with
+    its mean batch and most ranks (:func:`tasks.mechanism.mechanism`)."""
+    attrs: dict[str, Any] = {SCHEDULE_ATTR: first_change_epoch(state.history),
+                             MECHANISM_ATTR: mechanism(state.history, target=target,
+                                                       config=state.config,
+                                                       n_params=state.n_params)}
     if training:
         attrs[TRAINING_ATTR] = training
     return attrs
 
 
 def _schedule_of(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    """The schedule attribute of a reused trial's source (its training is the same), if it
-    has one (a grid from before it was recorded has not)."""
-    if SCHEDULE_ATTR not in trial.user_attrs:
-        return {}
-    return {SCHEDULE_ATTR: trial.user_attrs[SCHEDULE_ATTR]}
+    """The schedule and mechanism attributes of a reused trial's source (its training is the
+    same), those it has (a grid from before they were recorded has not)."""
+    return {k: trial.user_attrs[k] for k in (SCHEDULE_ATTR, MECHANISM_ATTR)
+            if k in trial.user_attrs}
 
 
 def _outcome(state: TrainState, *, number: int, params: dict[str, Any],
              logger: MlflowTrialLogger, judge: Callable[..., Outcome], pruned: bool,
-             work: dict[str, Any], training: dict[str, Any] | None) -> TrialResult:
+             work: dict[str, Any], training: dict[str, Any] | None,
+             target: float) -> TrialResult:
     """The trial's result from its final state; its MLflow run ends accordingly. A trial
-    stopped by its simulated-time bound is PRUNED: it could not beat the cell's best."""
+    stopped by its simulated-time bound is PRUNED: it could not beat the cell's best.
+    ``target``: the cell's target accuracy (its mechanism's, :func:`_complete_attrs`)."""
     if state.interrupted:
         logger.end("KILLED")
         return TrialResult(number, TrialState.INTERRUPTED, params, run_id=logger.run_id,
@@ -328,6 +336,7 @@ def _outcome(state: TrainState, *, number: int, params: dict[str, Any],
                          best_accuracy=out.best_accuracy, examples_seen=state.examples_seen,
                          shortfall=out.shortfall,
                          reason=state.stopped or "",
-                         user_attrs=_complete_attrs(state, training) if complete else {})
+                         user_attrs=(_complete_attrs(state, training, target=target)
+                                     if complete else {}))
     logger.finish(result, state, work)
     return result
