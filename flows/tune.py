@@ -68,7 +68,13 @@ from tasks.registry import publish_models
 from tasks.report import GridIncomplete, check_run_dir, grid_rows, write_meta, write_summary
 from tasks.search import check_grid_data, storage_for, with_storage_retries
 from tasks.session import open_session
-from tasks.validation import STAGES, matched_cells, source_cell, validation_settings
+from tasks.validation import (
+    HELD_OUT_STAGES,
+    matched_cells,
+    selection_cells,
+    sources_of,
+    validation_settings,
+)
 from tasks.warmstart import neighbours
 
 __all__ = ["tune", "resolve_locations", "grid_of", "stages", "flow_defaults", "flow_descriptions"]
@@ -90,7 +96,7 @@ def resolve_locations(settings: GridSettings) -> None:
 
 
 @flow(name="tune", log_prints=True)
-def tune(networks: Networks = [2, 4, 8, 16], algorithms: Algorithms = list(ALGORITHMS),
+def tune(networks: Networks = [2, 4, 8], algorithms: Algorithms = list(ALGORITHMS),
     models: ModelNames = list(MODEL_NAMES), dataset: DatasetName = "mnist1d",
     data_root: str | None = None, device: Device = "cpu", trials: Trials = DEFAULT_TRIALS,
     epochs: Epochs = DEFAULT_EPOCHS, target_accuracy: Target = DEFAULT_TARGETS,
@@ -229,28 +235,37 @@ def _run_cells(settings: GridSettings, cells: list[Cell], *, session_key: str,
 
 
 def stages(settings: GridSettings, cells: list[Cell]) -> list[Cell]:
-    """The search cells, then (with ``validation_seeds``) each one's validation cell and the
-    matched cells (geodamp with the baseline's best: :func:`tasks.validation.matched_cells`)."""
+    """The search cells (the baseline's replicas among them), then (with
+    ``validation_seeds``) each one's selection and estimation (``validation``) cells and the
+    matched cells (geodamp with the baseline's choice: :func:`tasks.validation.matched_cells`)."""
     if not settings.validation_seeds:
         return list(cells)
-    return (list(cells) + [dataclasses.replace(c, stage="validation") for c in cells]
+    chosen = selection_cells(cells)
+    return (list(cells) + chosen
+            + [dataclasses.replace(c, stage="validation") for c in chosen]
             + matched_cells(cells))
 
 
 def _ready(settings: GridSettings, cell: Cell, cells: list[Cell], finished: set[Cell]) -> bool:
-    """A validation or matched cell waits for the search it retrains; a search cell, with
-    warm start, for its neighbours."""
+    """A held-out cell waits for the cells it retrains from (:func:`sources_of`); a search
+    cell, with warm start, for its neighbours (a replica of the baseline for none)."""
     if cell.stage != "search":
-        return source_cell(cell, cells) in finished
-    return not settings.warm_start or set(neighbours(cell, cells)) <= finished
+        return set(sources_of(cell, cells)) <= finished
+    return not _warm(settings, cell) or set(neighbours(cell, cells)) <= finished
+
+
+def _warm(settings: GridSettings, cell: Cell) -> bool:
+    """Whether ``cell`` is warm-started: a search cell, not a repeat of the baseline's
+    search (those are independent)."""
+    return settings.warm_start and cell.stage == "search" and not cell.replica
 
 
 def _cell_parameters(settings: GridSettings, cell: Cell, cells: list[Cell], session_key: str,
                      max_concurrent_trials: int) -> dict[str, Any]:
     search = cell.stage == "search"
-    seeds = neighbours(cell, cells) if settings.warm_start and search else []
+    seeds = neighbours(cell, cells) if _warm(settings, cell) else []
     return {"settings": settings.to_dict() if search else validation_settings(
-                settings, source=source_cell(cell, cells)),
+                settings, sources=sources_of(cell, cells), stage=cell.stage),
             "cell_key": cell.key, "cell": _as_dict(cell),
             "session_key": session_key, "max_concurrent_trials": max_concurrent_trials,
             "seed_cells": [_as_dict(c) for c in seeds]}
@@ -258,7 +273,7 @@ def _cell_parameters(settings: GridSettings, cell: Cell, cells: list[Cell], sess
 
 def _as_dict(cell: Cell) -> dict[str, Any]:
     return {"network": cell.network, "algorithm": cell.algorithm, "model": cell.model,
-            "stage": cell.stage}
+            "stage": cell.stage, "replica": cell.replica}
 
 
 def flow_defaults() -> dict[str, Any]:
@@ -384,8 +399,10 @@ def _summarize(settings: GridSettings, cells: list[Cell], failures: list[str],
     publish_report(settings, rows, client=client, summary_run_id=summary_run)
     if summary_run:  # MLflow answers: the registry's best per (network, model)
         publish_models(settings, rows, client=client)
-    validated = [r for stage in STAGES
+    validated = [r for stage in HELD_OUT_STAGES
                  for r in grid_rows(settings.storage, grid_name=settings.grid_name, stage=stage)]
+    validated += [r for r in grid_rows(settings.storage, grid_name=settings.grid_name,
+                                       replicas=True) if r["replica"]]  # the baseline's repeats
     if failures or not_started or any(r["n_failed"] or r["n_interrupted"]
                                       for r in rows + validated):
         incomplete = GridIncomplete(rows, failures, validated, not_started)

@@ -39,11 +39,11 @@ def expected_cells(params: dict[str, Any], root: Path) -> tuple[str, str, list[t
     trials each is to finish), from the run's parameters, a relative ``run_dir`` taken under
     ``root`` (the deployment's working directory)."""
     from flows.tune import grid_of, stages
+    from tasks.validation import expected_trials
 
     run_dir = params.get("run_dir") or f"runs/{params.get('grid_name') or 'grid'}"
     settings, cells = grid_of({**params, "run_dir": str(root / run_dir)})
-    expected = [(c, settings.trials_for(c.model) if c.stage == "search"
-                 else settings.validation_seeds) for c in stages(settings, cells)]
+    expected = [(c, expected_trials(settings, c, cells)) for c in stages(settings, cells)]
     return settings.storage, settings.grid_name, expected
 
 

@@ -26,6 +26,7 @@ from tasks.registry import log_best_of_cell, log_runner_up
 from tasks.results import TrialResult, TrialState
 from tasks.reuse import REUSED_ATTR
 from tasks.search import (
+    best_trial,
     distributions,
     open_study,
     storage_for,
@@ -37,7 +38,6 @@ from tasks.search import (
 from tasks.session import Session, session_for
 from tasks.trial import run_trial
 from tasks.validation import (
-    extend_validation,
     runner_up_answer,
     seed_validation,
     validation_due,
@@ -66,8 +66,8 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
     neighbours: :mod:`tasks.warmstart`). Trials left RUNNING by an interrupted or dead run are
     resumed first (same numbers); then new trials are asked in deterministic batches; while
     another live run trains the rest, the cell waits for it (or for its leases to expire, and
-    takes them over). A validation cell whose configuration missed the target on most held-out
-    seeds then retrains its search's runner-up (:func:`tasks.validation.extend_validation`).
+    takes them over). A held-out cell (selection, estimation, matched) trains what
+    :func:`tasks.validation.seed_validation` enqueued, once its sources are finished.
     """
     grid, c = GridSettings(**settings), Cell(**cell)
     session = session_for(session_key)
@@ -85,15 +85,12 @@ def run_cell(*, settings: dict[str, Any], cell_key: str, cell: dict[str, Any],
         return _finish(session, study, grid, c, exp_id, parent, interrupted=False)
     runner: ThreadPoolTaskRunner[Any]
     with ThreadPoolTaskRunner(max_workers=max_concurrent_trials) as runner:
-        while True:
-            outcome = _train_due(runner, driver, submit, retries, session)
-            if outcome is not None:  # interrupted, or a fault past its attempts
-                summary = _finish(session, study, grid, c, exp_id, parent, interrupted=True)
-                if isinstance(outcome, Exception):
-                    raise outcome
-                return summary
-            if c.stage != "validation" or not _retrain_runner_up(driver, grid, session):
-                break
+        outcome = _train_due(runner, driver, submit, retries, session)
+    if outcome is not None:  # interrupted, or a fault past its attempts
+        summary = _finish(session, study, grid, c, exp_id, parent, interrupted=True)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return summary
     return _finish(session, study, grid, c, exp_id, parent, interrupted=False)
 
 
@@ -120,26 +117,14 @@ def _train_due(runner: ThreadPoolTaskRunner[Any], driver: StudyDriver, submit: d
             return retries.error(faults)
 
 
-def _retrain_runner_up(driver: StudyDriver, grid: GridSettings, session: Session) -> bool:
-    """A validation cell whose configuration missed the target on most held-out seeds
-    retrains its search's runner-up (:func:`tasks.validation.extend_validation`): whether
-    trials were added."""
-    total = with_storage_retries(lambda: extend_validation(
-        driver.study, grid, leases=session.leases, owner=session.key))
-    if total <= driver.total:
-        return False
-    driver.total = total
-    return True
-
-
 def _open_study(grid: GridSettings, c: Cell, seed_cells: list[dict[str, Any]],
                 session: Session) -> optuna.Study:
     """The cell's study, seeded by its finished neighbours when it is new (warm start); a
-    validation cell's, with its search's best once per held-out seed."""
+    held-out cell's, with what it retrains once per held-out seed."""
     n_train = len(load_dataset(grid.dataset, seed=grid.data_seed,
                                root=grid.data_root or None).y_train)
     study = with_storage_retries(lambda: open_study(grid, c, n_train=n_train))
-    if c.stage != "search":  # validation, matched
+    if c.stage != "search":  # selection, validation, matched
         with_storage_retries(lambda: seed_validation(study, grid, leases=session.leases,
                                                      owner=session.key))
     elif grid.warm_start and seed_cells:
@@ -209,6 +194,14 @@ def _log(result: TrialResult, cell_key: str) -> None:
                  result.state.value, result.value, result.params, reused)
 
 
+def _search_best(grid: GridSettings) -> int | None:
+    """The number of the best trial of a held-out cell's search (replica 0)."""
+    searched = optuna.load_study(study_name=study_name(grid, Cell(**grid.extra["source"])),
+                                 storage=storage_for(grid.storage))
+    best = best_trial(searched.get_trials(deepcopy=False))
+    return best.number if best else None
+
+
 def _finish(session: Session, study: optuna.Study, grid: GridSettings, c: Cell, exp_id: str,
             parent: str, *, interrupted: bool) -> dict[str, Any]:
     """Tag the parent run with the best trial and the counts; return the cell's summary."""
@@ -220,7 +213,8 @@ def _finish(session: Session, study: optuna.Study, grid: GridSettings, c: Cell, 
         if c.stage == "search" and not interrupted and best is not None:  # as an MLflow model
             log_best_of_cell(session.tracking, grid, c, exp_id, parent, best_trial=best,
                              checkpoint=checkpoint_path(grid, c, best))
-        runner_up = runner_up_answer(study) if c.stage == "validation" else None
+        runner_up = (runner_up_answer(study, search_best=_search_best(grid))
+                     if c.stage == "validation" else None)
         if not interrupted and runner_up is not None:  # the search cell's model follows it
             log_runner_up(session.tracking, grid, c, Cell(**grid.extra["source"]), exp_id,
                           number=runner_up)

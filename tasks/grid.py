@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -22,8 +23,8 @@ from models import DATASETS, MODELS, check_dataset
 from tasks.choices import GRID_DEVICES, GRID_MODES, OBJECTIVES, PRUNERS, SAMPLERS
 
 __all__ = ["Cell", "GridSettings", "checkpoint_path", "cells_of", "shared_across_networks",
-           "share_rows", "never_grows", "ALGORITHMS", "MODEL_NAMES", "DEFAULT_TARGETS",
-           "DEFAULT_EPOCHS", "DEFAULT_TRIALS", "PRUNERS", "GRID_DEVICES"]
+           "share_rows", "never_grows", "replicas_of", "ALGORITHMS", "MODEL_NAMES",
+           "DEFAULT_TARGETS", "DEFAULT_EPOCHS", "DEFAULT_TRIALS", "PRUNERS", "GRID_DEVICES"]
 
 ALGORITHMS = ("geodamplr", "cntsdamplr", "geodamp", "padadamp", "adadamp", "radadamp")
 MODEL_NAMES = ("mlp", "cnn")
@@ -55,30 +56,40 @@ class Cell:
     network: int
     algorithm: str
     model: str
-    # "search": the cell's Optuna search; "validation": its best configuration retrained on
-    # the grid's held-out training seeds (tasks.validation), a study of its own; "matched":
-    # geodamp with the baseline's best factor and delay on those seeds (the paper's matched
+    # "search": the cell's Optuna search; "selection": its top configurations retrained on the
+    # grid's selection seeds, to choose one (tasks.validation); "validation": the chosen one
+    # trained on the estimation seeds, which no selection saw: the answer; "matched": geodamp
+    # with the baseline's chosen factor and delay on the estimation seeds (the paper's matched
     # comparison: tasks.validation.matched_cells)
     stage: str = "search"
+    # an independent repeat of a search (its own study, sampler seeds, no warm start): the
+    # baseline is searched ``GridSettings.baseline_searches`` times (replicas 0 … R-1)
+    replica: int = 0
 
     @property
     def key(self) -> str:
         base = f"n{self.network}/{self.algorithm}/{self.model}"
+        if self.replica:
+            base += f"/r{self.replica}"
         return base if self.stage == "search" else f"{base}/{self.stage}"
 
     @classmethod
     def from_key(cls, key: str) -> Cell:
-        """The cell of ``key`` (``n<P>/<algorithm>/<model>[/<stage>]``: a study's name less
-        its ``<grid>/``)."""
+        """The cell of ``key`` (``n<P>/<algorithm>/<model>[/r<replica>][/<stage>]``: a study's
+        name less its ``<grid>/``)."""
         parts = key.split("/")
+        replica = 0
+        if len(parts) >= 4 and re.fullmatch(r"r[1-9][0-9]*", parts[3]):
+            replica = int(parts.pop(3)[1:])
         if len(parts) not in (3, 4) or parts[0][:1] != "n" or not parts[0][1:].isdigit():
-            raise ValueError(f"cell key {key!r}: expected n<P>/<algorithm>/<model>[/<stage>]")
-        return cls(int(parts[0][1:]), *parts[1:])
+            raise ValueError(f"cell key {key!r}: expected "
+                             "n<P>/<algorithm>/<model>[/r<replica>][/<stage>]")
+        return cls(int(parts[0][1:]), *parts[1:], replica=replica)  # type: ignore[misc]
 
     @property
     def searched(self) -> Cell:
         """The search cell of this cell (itself, for a search cell)."""
-        return Cell(self.network, self.algorithm, self.model)
+        return Cell(self.network, self.algorithm, self.model, replica=self.replica)
 
 
 @dataclass
@@ -142,6 +153,14 @@ class GridSettings:
     # held-out training seeds on which each cell's best configuration is retrained after its
     # search (the answer is their mean, with a CI); the same seeds for every cell (0: none)
     validation_seeds: int = 8
+    # the answer's configuration of a cell is chosen apart from its estimation: the search's
+    # ``selection_candidates`` fastest configurations are retrained on ``selection_seeds``
+    # seeds of their own, and the one of least mean is trained on the estimation seeds
+    selection_candidates: int = 3
+    selection_seeds: int = 2
+    # independent searches of each algorithm whose batch never grows (the baseline): the
+    # conservative comparison, damping against a well-tuned baseline (tasks.validation)
+    baseline_searches: int = 4
     # MLflow's system metrics (CPU, memory, disk, network, GPU) on every trial's run
     system_metrics: bool = True
     sampler_seed: int | None = None  # of the search's sampler (None: seed)
@@ -172,6 +191,14 @@ class GridSettings:
         if isinstance(self.target_accuracy, dict):
             return float(self.target_accuracy[model])
         return float(self.target_accuracy)
+
+    def data_seed_of(self, cell: Cell, train_seed: int | None) -> int:
+        """The dataset seed of a trial: the grid's ``data_seed`` in a search; a held-out
+        training's own seed (data sampling varies with the training seed, as the answer's
+        variance must: Bouthillier et al. 2021)."""
+        if cell.stage == "search" or train_seed is None:
+            return self.data_seed
+        return int(train_seed)
 
     def target_of(self, cell: Cell) -> float:
         """The accuracy that stops a trial of ``cell``: its model's target, plus
@@ -235,10 +262,23 @@ def cells_of(
     _check_workers_per_trial(settings, networks)
     if not settings.grid_name or "/" in settings.grid_name:
         raise ConfigError("grid_name", settings.grid_name, "a non-empty name without '/'")
+    for name in ("selection_candidates", "selection_seeds", "baseline_searches"):
+        positive_int(name, getattr(settings, name), "a positive integer")
     smallest = min(networks)
-    return [Cell(n, a, m) for n in sorted(set(networks)) for a in dict.fromkeys(algorithms)
-            for m in dict.fromkeys(models)
-            if n == smallest or not shared_across_networks(a, settings)]
+    cells = [Cell(n, a, m) for n in sorted(set(networks)) for a in dict.fromkeys(algorithms)
+             for m in dict.fromkeys(models)
+             if n == smallest or not shared_across_networks(a, settings)]
+    return cells + replicas_of(cells, settings)
+
+
+def replicas_of(cells: list[Cell], settings: GridSettings) -> list[Cell]:
+    """The repeated searches of the baseline: replicas 1 … ``baseline_searches`` - 1 of every
+    search cell of an algorithm that never grows (replica 0 is the cell itself)."""
+    if not settings.validation_seeds:  # no held-out stage chooses among them
+        return []
+    return [Cell(c.network, c.algorithm, c.model, replica=r) for c in cells
+            if never_grows(c.algorithm) and c.stage == "search" and not c.replica
+            for r in range(1, settings.baseline_searches)]
 
 
 def shared_across_networks(algorithm: str, settings: GridSettings) -> bool:

@@ -79,10 +79,11 @@ class GridIncomplete(RuntimeError):
 
 
 def grid_rows(storage: str, *, grid_name: str | None = None,
-              stage: str = "search") -> list[dict[str, Any]]:
+              stage: str = "search", replicas: bool = False) -> list[dict[str, Any]]:
     """One row per cell study found in ``storage`` (optionally only one grid's): the cell's
     summary (:func:`tasks.search.summarize`) with its study's ``grid``, ``target_accuracy`` and
-    ``profile``."""
+    ``profile``. The baseline's repeated searches (replicas 1 … R-1) only with ``replicas``
+    (their rows carry ``replica``)."""
     rows = []
     store = storage_for(storage)
     for s in optuna.get_all_study_summaries(store, include_best_trial=False):
@@ -91,10 +92,13 @@ def grid_rows(storage: str, *, grid_name: str | None = None,
             continue
         if attrs.get("stage", "search") != stage:  # search cells, or validation cells
             continue
+        if attrs.get("replica", 0) and not replicas:  # a repeated search of the baseline
+            continue
         study = optuna.load_study(study_name=s.study_name, storage=store)
         cell = Cell(int(attrs["network"]), str(attrs["algorithm"]), str(attrs["model"]),
-                    stage=stage)
+                    stage=stage, replica=int(attrs.get("replica", 0)))
         rows.append({**summarize(study, cell), "grid": attrs.get("grid"),
+                     "replica": cell.replica,
                      "target_accuracy": attrs.get("target_accuracy"),
                      "objective": study_objective(attrs),
                      "profile": attrs.get("profile")})

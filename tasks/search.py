@@ -197,7 +197,8 @@ def open_study(settings: GridSettings, cell: Cell, *, n_train: int) -> optuna.St
     for key, value in {"grid": settings.grid_name, "objective": settings.objective,
                        "network": cell.network,
                        "algorithm": cell.algorithm, "model": cell.model,
-                       "stage": cell.stage, "dataset": settings.dataset,
+                       "stage": cell.stage, "replica": cell.replica,
+                       "dataset": settings.dataset,
                        "data_seed": settings.data_seed, "profile": settings.profile,
                        "target_accuracy": settings.target_of(cell)}.items():
         if attrs.get(key) != value:
@@ -357,10 +358,13 @@ class StorageUnavailable(DamptuneError):
     """The Optuna storage stayed unreachable through the retries."""
 
 def summarize(study: optuna.Study, cell: Cell) -> dict[str, Any]:
-    """Best hyperparameters and value, and the trial counts of one cell."""
+    """Best hyperparameters and value, the trial counts of one cell, and how many distinct
+    values its finished trials have (to 6 significant digits): ``distinct_values`` 1 of
+    ``n_values`` > 1 is a flat search."""
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     best = best_trial(trials)
+    values = [t.value for t in trials if t.value is not None and t.state.is_finished()]
     return {
         "network": cell.network,
         "algorithm": cell.algorithm,
@@ -374,4 +378,7 @@ def summarize(study: optuna.Study, cell: Cell) -> dict[str, Any]:
         "n_pruned": sum(t.state == optuna.trial.TrialState.PRUNED for t in trials),
         "n_failed": sum(t.state == optuna.trial.TrialState.FAIL for t in trials),
         "n_interrupted": sum(t.state == optuna.trial.TrialState.RUNNING for t in trials),
+        # a search whose trials all have one value: its hyperparameters had no effect here
+        "distinct_values": len({float(f"{v:.6g}") for v in values}),
+        "n_values": len(values),
     }

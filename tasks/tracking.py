@@ -50,7 +50,7 @@ __all__ = [
 
 T = TypeVar("T")
 CELL_TAG, TRIAL_TAG, GRID_TAG = "damptune.cell", "damptune.trial_number", "damptune.grid"
-STAGE_TAG = "damptune.stage"  # search, validation or matched (tasks.validation)
+STAGE_TAG = "damptune.stage"  # search, selection, validation or matched (tasks.validation)
 _SECRET = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
 
 
@@ -161,10 +161,11 @@ def parent_run(client: MlflowClient, exp_id: str, *, cell_key: str, params: dict
 
 
 def stage_of(cell_key: str) -> str:
-    """``validation`` for a validation cell's key (``n4/geodamp/mlp/validation``), ``matched``
-    for a matched cell's, else ``search``: the runs' tag ``damptune.stage``."""
+    """``selection``, ``validation`` or ``matched`` for such a cell's key
+    (``n4/geodamp/mlp/validation``), else ``search`` (a replica's ``n2/sgd/mlp/r1`` too): the
+    runs' tag ``damptune.stage``."""
     last = cell_key.rsplit("/", 1)[-1]
-    return last if last in ("validation", "matched") else "search"
+    return last if last in ("selection", "validation", "matched") else "search"
 
 
 def find_trial_run(client: MlflowClient, exp_id: str, *, cell_key: str, number: int) -> str | None:

@@ -125,7 +125,8 @@ def run_trial(
     """
     grid, c = GridSettings(**settings), Cell(**cell)
     session = session_for(session_key)
-    ds = load_dataset(grid.dataset, seed=grid.data_seed, root=grid.data_root or None)
+    data_seed = grid.data_seed_of(c, train_seed)
+    ds = load_dataset(grid.dataset, seed=data_seed, root=grid.data_root or None)
     logger: MlflowTrialLogger | None = None
     try:
         setup = _setup(grid, c, ds, params=params, train_seed=train_seed)
@@ -133,7 +134,7 @@ def run_trial(
         logger = _trial_logger(grid, c, session, reused=source is not None)
         logger.open(experiment_id, parent_run_id=parent_run_id, cell_key=cell_key,
                     number=number, params=_run_params(grid, c, params, ds, train_seed),
-                    seeded_from=seeded_from, dataset=dataset_input(ds, data_seed=grid.data_seed))
+                    seeded_from=seeded_from, dataset=dataset_input(ds, data_seed=data_seed))
         if source is not None:
             return _reuse(source, setup.study, judge=_judge(grid, c, ds),
                           checkpoint=checkpoint_path(grid, c, number), number=number,
@@ -232,7 +233,8 @@ def _reuse(source: Source, study: optuna.Study, *, judge: Callable[..., Outcome]
 def _run_params(grid: GridSettings, c: Cell, params: dict[str, Any], ds: Dataset,
                 train_seed: int | None) -> dict[str, Any]:
     return {"algorithm": c.algorithm, "network": c.network, "model": c.model,
-            "dataset": grid.dataset, "data_seed": grid.data_seed, "data_digest": ds.digest(),
+            "dataset": grid.dataset, "data_seed": grid.data_seed_of(c, train_seed),
+            "data_digest": ds.digest(),
             "seed": grid.seed if train_seed is None else train_seed, "stage": c.stage,
             "mode": grid.mode, "device": grid.device,
             "dask_workers": grid.trial_workers(c.network),

@@ -1,41 +1,40 @@
-"""Held-out seeds: each cell's best configuration retrained on the grid's validation seeds.
+"""Held-out seeds: each cell's configuration chosen on selection seeds, then measured on
+estimation seeds that no choice saw.
 
-The search's best value is the minimum over noisy trials (a winner's curse), and its training
-seed also drove the search. After a cell's search, its best configuration is trained again on
-``validation_seeds`` held-out training seeds: trials of a study of its own
-(``<grid>/<cell>/validation``, Optuna user attribute ``train_seed``; enqueued once, so a rerun
-trains only the seeds not finished yet). Every cell of the grid uses the **same** seeds, so two
-algorithms of a (network, model) pair are compared seed by seed (paired): the noise the
-seeds share cancels in their ratio. The answer of a cell is the mean over its seeds with a
-95 % confidence interval (Student's t); :mod:`tasks.stats` compares them.
+The search's best value is the minimum over noisy trials on one training seed (a winner's
+curse). So the answer of a cell takes three stages, each a study of its own:
 
-**A best that misses on the held-out seeds is replaced.** A search keeps the fastest trial that
-reached the target, and a configuration that reached it just before the end of its budget on
-the search's seed may miss it on most held-out seeds (the winner's curse in its plainest form).
-Then its search's next fastest configuration that reached the target (else, when none is
-left, the pruned one of least value so far: the bound pruned it only for being slower than
-the best that just missed) is retrained on the same seeds, up to :data:`CANDIDATES`
-configurations in all.
+1. **search** (``<grid>/<cell>``): the Optuna search, on the grid's seed and data. The baseline
+   (the algorithms whose batch never grows: ``geodamplr``, ``cntsdamplr``, ``sgd``) is searched
+   :attr:`~tasks.grid.GridSettings.baseline_searches` times (R, default 4), independently:
+   replicas ``<cell>/r1`` … with their own sampler seeds and no warm start. Damping must beat a
+   well-tuned baseline: the conservative comparison.
+2. **selection** (``<grid>/<cell>/selection``): the search's ``selection_candidates`` (k,
+   default 3) fastest configurations (for the baseline, every replica's best first), each
+   retrained on ``selection_seeds`` (S, default 2) selection seeds. The chosen configuration
+   reached the target on the most selection seeds, with the least mean time of those. Its
+   search's best is first among them, then the search's near miss (a faster trial that stopped
+   within :data:`~tasks.search.NEAR_MISS` of the target on the search's seed), then its
+   runners-up (trials that reached the target, else pruned ones by least value so far).
+3. **estimation** (``<grid>/<cell>/validation``): the chosen configuration trained on
+   ``validation_seeds`` (K, default 8) estimation seeds. These seeds are the same for every
+   cell of the grid, so two algorithms of a (network, model) pair are compared seed by seed
+   (paired), and no selection saw them: the reported mean, its 95 % interval (Student's t) and
+   every speedup come from them only (:mod:`tasks.stats`).
 
-**A near miss that was faster is retrained beside the best.** Whether a trial reached the
-target is judged on the search's one training seed, and a configuration that stopped short of
-it by a point or two on that seed often reaches it on others. So the search's fastest COMPLETE
-trial that missed the target by at most :data:`~tasks.search.NEAR_MISS` (0.015) and took less
-time than its best (its near miss: :func:`tasks.search.near_miss`) is retrained on the same
-held-out seeds too. The two grids of ``d79ff60`` had one in 7 and 11 of their 36 search
-cells; the CNN ``adadamp`` bests that made 16 of their 17 contradictions were such cases.
+Held-out trainings vary the data with the training seed (each held-out seed is also the
+generated dataset's seed; Bouthillier et al. 2021: data sampling is a source of variance the
+answer must hold). Optuna user attributes of a held-out trial: ``train_seed`` and
+``validates`` (the search trial whose configuration it retrains, ``<cell>#<number>``). A
+stage is seeded once (study attribute ``validation_seeded``): a rerun trains only what is not
+finished.
 
-The cell's answer is, of the configurations retrained that reached the target on most seeds,
-the one of least mean time (else the search's best, reported as missing it). The choice
-depends only on finished, deterministic trainings: a rerun makes it again, the same; a grid
-seeded before near misses were retrained retrains its near miss on its next run.
-
-**The matched comparison** (the AdaDamp paper's): ``geodamp`` with the baseline's best
-``factor`` and ``delay`` (``geodamplr``'s, searched once per model), at every network size, on
-the same held-out seeds: a cell of stage ``matched`` (``<grid>/n<P>/geodamp/<model>/matched``),
-shown in the answer as ``geodamp-matched``. Growing the batch and decaying the learning rate by
-the same factor share their trajectory up to the first growth, so their paired ratio has
-little noise: it answers "does damping beat the decay it replaces?" without a search.
+**The matched comparison** (the AdaDamp paper's): ``geodamp`` with the baseline's chosen
+``factor`` and ``delay`` (``geodamplr``'s), at every network size, on the estimation seeds: a
+cell of stage ``matched`` (``<grid>/n<P>/geodamp/<model>/matched``), shown in the answer as
+``geodamp-matched``. Growing the batch and decaying the learning rate by the same factor share
+their trajectory up to the first growth, so their paired ratio has little noise: it answers
+"does damping beat the decay it replaces?" without a search.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ import optuna
 
 from tasks.grid import Cell, GridSettings
 from tasks.leases import Leases
+from tasks.mechanism import MECHANISM_ATTR
 from tasks.objective import SCHEDULE_ATTR
 from tasks.search import (
     NEAR_MISS,
@@ -61,23 +61,22 @@ from tasks.search import (
 )
 from tasks.stats import mostly_reached
 
-__all__ = ["TRAIN_SEED", "VALIDATES", "SEEDED", "MATCHED", "MATCHED_SUFFIX", "CANDIDATES",
-           "NEAR_MISS", "held_out_seeds", "matched_cells", "seed_validation", "extend_validation",
-           "runner_up_answer", "source_cell", "validation_due", "validation_total",
-           "validation_rows", "validation_settings"]
+__all__ = ["TRAIN_SEED", "VALIDATES", "SEEDED", "MATCHED", "MATCHED_SUFFIX", "SELECTION",
+           "STAGES", "HELD_OUT_STAGES", "NEAR_MISS", "held_out_seeds",
+           "matched_cells", "selection_cells", "sources_of", "seed_validation",
+           "selection_candidates", "chosen_configuration", "runner_up_answer", "source_cell",
+           "validation_due", "validation_total", "validation_rows", "validation_settings",
+           "expected_trials"]
 
-TRAIN_SEED = "train_seed"  # Optuna user attribute of a validation trial: its training seed
+TRAIN_SEED = "train_seed"  # Optuna user attribute of a held-out trial: its training seed
 VALIDATES = "validates"  # ... and the search trial whose configuration it retrains
 SEEDED = "validation_seeded"  # study user attribute: the seeds enqueued (once)
-MATCHED = ("geodamp", "geodamplr")  # the matched cell's damper, and whose best it takes
+MATCHED = ("geodamp", "geodamplr")  # the matched cell's damper, and whose choice it takes
 MATCHED_SUFFIX = "-matched"  # a matched cell's rows: its damper's name and this
 _CANDIDATES = "validation_candidates"  # study user attribute: the search trials retrained
-STAGES = ("validation", "matched")  # the stages trained on the held-out seeds
-# configurations a validation cell retrains at most: the best and 4 runners-up. With 3, the
-# make run at 77e1566 left 3 of 56 rows without an answer: their fastest configurations sit at
-# the edge of the target, and the next fastest are as close to it (they reached it on 0-4 of
-# 8 seeds); a cell pays for more only when all before them missed
-CANDIDATES = 5
+SELECTION = "selection"  # the stage that chooses a cell's configuration on selection seeds
+STAGES = ("validation", "matched")  # the stages trained on the estimation seeds: the answer
+HELD_OUT_STAGES = (SELECTION, *STAGES)  # every stage trained on held-out seeds
 
 
 def matched_cells(cells: list[Cell]) -> list[Cell]:
@@ -86,30 +85,52 @@ def matched_cells(cells: list[Cell]) -> list[Cell]:
     damped, baseline = MATCHED
     models = {c.model for c in cells if c.algorithm == baseline}
     return [Cell(c.network, damped, c.model, stage="matched") for c in cells
-            if c.algorithm == damped and c.stage == "search" and c.model in models]
+            if c.algorithm == damped and c.stage == "search" and not c.replica
+            and c.model in models]
+
+
+def selection_cells(cells: list[Cell]) -> list[Cell]:
+    """One ``selection`` cell per search cell (the baseline's replicas share one)."""
+    return [dataclasses.replace(c, stage=SELECTION) for c in cells
+            if c.stage == "search" and not c.replica]
+
+
+def sources_of(cell: Cell, cells: list[Cell]) -> list[Cell]:
+    """The cells a held-out cell takes its configurations from, and waits for: a selection
+    cell, its search and the search's replicas; an estimation (validation) cell, its selection
+    cell; a matched cell, the baseline's selection cell at its network size (else the
+    smallest, where a baseline that never grows was searched)."""
+    if cell.stage == SELECTION:
+        return [c for c in cells if c.stage == "search" and c.network == cell.network
+                and (c.algorithm, c.model) == (cell.algorithm, cell.model)]
+    if cell.stage != "matched":
+        return [Cell(cell.network, cell.algorithm, cell.model, stage=SELECTION)]
+    baselines = sorted((c for c in cells if c.algorithm == MATCHED[1] and c.replica == 0
+                        and c.model == cell.model and c.stage == "search"),
+                       key=lambda c: (c.network != cell.network, c.network))
+    return [dataclasses.replace(baselines[0], stage=SELECTION)]
 
 
 def source_cell(cell: Cell, cells: list[Cell]) -> Cell:
-    """The search cell whose best configuration ``cell`` retrains: its own search, or for a
-    matched cell the baseline's search at its network size (the smallest, where a baseline
-    that never grows was searched once)."""
-    if cell.stage != "matched":
-        return cell.searched
-    baselines = sorted((c for c in cells if c.algorithm == MATCHED[1]
-                        and c.model == cell.model and c.stage == "search"),
-                       key=lambda c: (c.network != cell.network, c.network))
-    return baselines[0]
+    """The search cell (replica 0) whose configurations ``cell`` retrains, directly or
+    through a selection: its MLflow model follows the answer."""
+    return sources_of(cell, cells)[0].searched if cell.stage == "matched" else cell.searched
 
 
-def held_out_seeds(settings: GridSettings) -> list[int]:
-    """The grid's validation training seeds: a function of its ``seed`` and their index only
-    (the same for every cell), never the search's own training seed."""
+def held_out_seeds(settings: GridSettings, stage: str = "validation") -> list[int]:
+    """The grid's held-out training seeds of a stage: the estimation seeds
+    (``validation_seeds`` of them) or the selection seeds (``selection_seeds``); a function of
+    the grid's ``seed``, the stage and their index only (the same for every cell), never the
+    search's own training seed, and no selection seed is an estimation seed."""
+    count = settings.selection_seeds if stage == SELECTION else settings.validation_seeds
+    taken = {settings.seed} | ({*held_out_seeds(settings)} if stage == SELECTION else set())
+    space = "validation" if stage != SELECTION else SELECTION
     seeds: list[int] = []
     k = 0
-    while len(seeds) < settings.validation_seeds:
-        digest = hashlib.sha256(f"damptune:validation:{settings.seed}:{k}".encode()).digest()
+    while len(seeds) < count:
+        digest = hashlib.sha256(f"damptune:{space}:{settings.seed}:{k}".encode()).digest()
         seed = int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
-        if seed != settings.seed and seed not in seeds:
+        if seed not in taken and seed not in seeds:
             seeds.append(seed)
         k += 1
     return seeds
@@ -124,90 +145,156 @@ def held_out_seeds(settings: GridSettings) -> list[int]:
 HELD_OUT_EPOCHS = 1.5
 
 
-def validation_settings(grid: GridSettings, *, source: Cell) -> dict[str, Any]:
-    """A validation cell's settings (as a dict, like a search cell's ``grid.to_dict()``):
-    one trial per held-out seed, trained to the target or :data:`HELD_OUT_EPOCHS` times the
-    search's epoch budget (with the budget objective, the budget itself: it is what is timed;
-    no bound: every seed's time is measured), no warm start; the
-    search's trial total is kept
-    (``extra["search_trials"]``): only a finished search is validated; and the search cell
-    whose best it retrains (``extra["source"]``, :func:`source_cell`)."""
+def validation_settings(grid: GridSettings, *, sources: list[Cell],
+                        stage: str = "validation") -> dict[str, Any]:
+    """A held-out cell's settings (as a dict, like a search cell's ``grid.to_dict()``): one
+    trial per held-out seed and configuration, trained to the target or
+    :data:`HELD_OUT_EPOCHS` times the search's epoch budget (with the budget objective, the
+    budget itself: it is what is timed; no bound: every seed's time is measured), no warm
+    start; the search's trial total (``extra["search_trials"]``: only a finished search is
+    retrained); the cells it takes configurations from (``extra["sources"]``,
+    :func:`sources_of`) and the search cell whose model follows it (``extra["source"]``)."""
     settings = grid.to_dict()
+    source = sources[0].searched
     extra = {**settings.get("extra", {}), "search_trials": grid.trials_for(source.model),
-             "source": dataclasses.asdict(source)}
+             "source": dataclasses.asdict(source),
+             "sources": [dataclasses.asdict(c) for c in sources]}
     epochs, factor = settings["epochs"], HELD_OUT_EPOCHS if grid.objective == "target" else 1
     longer = ({model: e * factor for model, e in epochs.items()}
               if isinstance(epochs, dict) else epochs * factor)
-    return {**settings, "trials": grid.validation_seeds, "pruner": "none", "epochs": longer,
+    seeds = grid.selection_seeds if stage == SELECTION else grid.validation_seeds
+    return {**settings, "trials": seeds, "pruner": "none", "epochs": longer,
             "warm_start": False, "extra": extra}
 
 
-def _search_finished(searched: optuna.Study, grid: GridSettings) -> bool:
-    """Whether the search has all its trials finished (none left RUNNING by an interrupted
-    or another live run): its best is then final for this total."""
-    trials = searched.get_trials(deepcopy=False)
+def _finished(study: optuna.Study, total: int) -> bool:
+    """Whether the study holds ``total`` finished trials, none left RUNNING by an interrupted
+    or another live run: what it says is then final."""
+    trials = study.get_trials(deepcopy=False)
     if any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
         return False
-    total = int(grid.extra.get("search_trials", grid.trials))
     return sum(t.state.is_finished() for t in trials) >= total
 
 
 def seed_validation(study: optuna.Study, grid: GridSettings, *, leases: Leases,
                     owner: str) -> int:
-    """Enqueue the best configuration of the search cell ``grid.extra["source"]`` once per
-    held-out seed (once per study, by one run: the others wait for it). Returns the number of
-    validation trials the study has or will have: 0 while the search is not finished (an
-    interrupted grid: its rerun validates the final best) or has no COMPLETE trial (nothing
-    to validate)."""
+    """Enqueue a held-out study's trials once (by one run: the others wait for it): a
+    selection study's candidates on the selection seeds; an estimation or matched study's
+    chosen configuration on the estimation seeds. Returns the number of trials the study has
+    or will have: 0 while what it takes from is not finished (an interrupted grid: its rerun
+    seeds it) or has nothing to retrain."""
     key, deadline = f"{study.study_name}#seeding", time.monotonic() + 2 * leases.ttl
     while not leases.acquire(key, owner):  # another live run is seeding: wait for it
         if validation_due(study) or time.monotonic() > deadline:
             return validation_total(study)
         time.sleep(1.0)
     try:
-        return _seed(study, grid)
+        if study.user_attrs.get(SEEDED):
+            return validation_total(study)
+        if study.user_attrs.get("stage") == SELECTION:
+            return _seed_selection(study, grid)
+        return _seed_estimation(study, grid)
     finally:
         leases.release(key, owner)
 
 
-def _seed(study: optuna.Study, grid: GridSettings) -> int:
-    if study.user_attrs.get(SEEDED):
-        return validation_total(study)
-    source, searched = _searched(grid)
-    trials = searched.get_trials(deepcopy=False)
-    best = best_trial(trials)
-    if best is None or not _search_finished(searched, grid):
+def _load(grid: GridSettings, cell: Cell) -> optuna.Study:
+    return optuna.load_study(study_name=study_name(grid, cell),
+                             storage=storage_for(grid.storage))
+
+
+def _seed_selection(study: optuna.Study, grid: GridSettings) -> int:
+    total = int(grid.extra.get("search_trials", grid.trials))
+    sources = [(c, _load(grid, c)) for c in (Cell(**d) for d in grid.extra["sources"])]
+    if not all(_finished(s, total) for _, s in sources):
         return 0
-    seeds, retrain = held_out_seeds(grid), [best]
-    if study.user_attrs.get("stage") == "validation":  # a matched cell takes the best only
-        retrain += [t for t in [_near_miss(trials, [], source)] if t is not None]
-    for trial in retrain:
-        _enqueue(study, trial, seeds, f"{source.key}#{trial.number}")
-    study.set_user_attr(_CANDIDATES, [f"{source.key}#{t.number}" for t in retrain])
+    picked = selection_candidates(
+        [(c, s.get_trials(deepcopy=False)) for c, s in sources],
+        k=max(grid.selection_candidates, len(sources)))
+    if not picked:
+        return 0
+    seeds = held_out_seeds(grid, SELECTION)
+    for name, trial in picked:
+        _enqueue(study, dict(trial.params), seeds, name)
+    study.set_user_attr(_CANDIDATES, [name for name, _ in picked])
     study.set_user_attr(SEEDED, seeds)
     return validation_total(study)
 
 
-def _searched(grid: GridSettings) -> tuple[Cell, optuna.Study]:
-    source = Cell(**grid.extra["source"])
-    return source, optuna.load_study(study_name=study_name(grid, source),
-                                     storage=storage_for(grid.storage))
+def _seed_estimation(study: optuna.Study, grid: GridSettings) -> int:
+    selection = _load(grid, Cell(**grid.extra["sources"][0]))
+    if not validation_due(selection) or not _finished(selection, validation_total(selection)):
+        return 0
+    chosen = chosen_configuration(selection)
+    if chosen is None:
+        return 0
+    name, params = chosen
+    seeds = held_out_seeds(grid)
+    _enqueue(study, params, seeds, name)
+    study.set_user_attr(_CANDIDATES, [name])
+    study.set_user_attr(SEEDED, seeds)
+    return validation_total(study)
 
 
-def _enqueue(study: optuna.Study, trial: optuna.trial.FrozenTrial, seeds: list[int],
+def selection_candidates(sources: list[tuple[Cell, list[optuna.trial.FrozenTrial]]], *,
+                         k: int) -> list[tuple[str, optuna.trial.FrozenTrial]]:
+    """Up to ``k`` distinct configurations of the searches ``sources`` (a cell and its
+    replicas), named ``<cell>#<number>``: each search's best, then each one's near miss
+    (:func:`tasks.search.near_miss`), then the fastest others that reached the target, then
+    the pruned ones of least value so far (the bound stopped them only for being slower)."""
+    def pool(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+        done = [t for t in trials if t.value is not None]
+        reached = [t for t in done if t.state == optuna.trial.TrialState.COMPLETE
+                   and reached_target(t)]
+        pruned = [t for t in done if t.state == optuna.trial.TrialState.PRUNED]
+        return (sorted(reached, key=lambda t: (t.value, t.number))
+                + sorted(pruned, key=lambda t: (t.value, t.number)))
+
+    ranked = ([(c, best_trial(ts)) for c, ts in sources]
+              + [(c, near_miss(ts, NEAR_MISS)) for c, ts in sources]
+              + sorted(((c, t) for c, ts in sources for t in pool(ts)),
+                       key=lambda ct: (ct[1].state != optuna.trial.TrialState.COMPLETE,
+                                       ct[1].value, ct[0].replica, ct[1].number)))
+    picked: list[tuple[str, optuna.trial.FrozenTrial]] = []
+    for cell, trial in ranked:
+        if trial is None or any(trial.params == t.params for _, t in picked):
+            continue
+        picked.append((f"{cell.key}#{trial.number}", trial))
+    return picked[:k]
+
+
+def chosen_configuration(selection: optuna.Study) -> tuple[str, dict[str, Any]] | None:
+    """The selection study's choice: of its candidates, the one that reached the target on
+    the most selection seeds, of least mean time among those (the first listed of equals);
+    its name (``<cell>#<number>``) and parameters. None before it was seeded."""
+    groups = [g for g in _groups(selection) if g]
+    if not groups:
+        return None
+    best = min(range(len(groups)), key=lambda i: _selection_key(groups[i], i))
+    return str(groups[best][0].user_attrs.get(VALIDATES, "")), dict(groups[best][0].params)
+
+
+def _selection_key(group: list[optuna.trial.FrozenTrial], index: int) -> tuple[int, float, int]:
+    mean = _mean(group)
+    reached = sum(t.state == optuna.trial.TrialState.COMPLETE and reached_target(t)
+                  for t in group)
+    return -reached, float("inf") if mean is None else mean, index
+
+
+def _enqueue(study: optuna.Study, params: dict[str, Any], seeds: list[int],
              validates: str) -> None:
-    """``trial``'s configuration once per seed (only the seeds not there yet: a rerun after a
-    kill mid-way)."""
+    """``params`` once per seed (only the seeds not there yet: a rerun after a kill
+    mid-way)."""
     there = {(t.user_attrs.get(VALIDATES), t.user_attrs.get(TRAIN_SEED))
              for t in study.get_trials(deepcopy=False)}
     for seed in (s for s in seeds if (validates, s) not in there):
-        study.enqueue_trial(dict(trial.params), skip_if_exists=False, user_attrs={
+        study.enqueue_trial(dict(params), skip_if_exists=False, user_attrs={
             TRAIN_SEED: seed, VALIDATES: validates})
 
 
 def _candidates(study: optuna.Study) -> list[str]:
     """The search trials the study retrains, in order (``<cell>#<number>``); a study seeded
-    before runners-up were retrained has its one, named by its trials."""
+    before they were listed has its one, named by its trials."""
     listed = study.user_attrs.get(_CANDIDATES)
     if listed:
         return list(listed)
@@ -216,109 +303,34 @@ def _candidates(study: optuna.Study) -> list[str]:
 
 
 def validation_total(study: optuna.Study) -> int:
-    """The trials the validation study has or will have: its seeds for each configuration it
+    """The trials the held-out study has or will have: its seeds for each configuration it
     retrains (0 before it is seeded)."""
     return len(study.user_attrs.get(SEEDED) or []) * max(1, len(_candidates(study)))
 
 
-def extend_validation(study: optuna.Study, grid: GridSettings, *, leases: Leases,
-                      owner: str) -> int:
-    """Enqueue the next configuration the study should retrain (:func:`_retrain_next`), up to
-    :data:`CANDIDATES` in all. Returns the trials the study has or will have
-    (:func:`validation_total`): unchanged when none is due."""
-    key = f"{study.study_name}#seeding"
-    while not leases.acquire(key, owner):  # another live run extends it: wait for it
-        time.sleep(0.2)
-    try:
-        tried, seeds = _candidates(study), list(study.user_attrs.get(SEEDED) or [])
-        if seeds and len(tried) < CANDIDATES:
-            _retrain_next(study, grid, tried, seeds)
-        return validation_total(study)
-    finally:
-        leases.release(key, owner)
-
-
-def _retrain_next(study: optuna.Study, grid: GridSettings, tried: list[str],
-                  seeds: list[int]) -> None:
-    """Enqueue on ``seeds``: the search's near miss (:func:`_near_miss`) when no trial retrains
-    it yet (a grid seeded before near misses were retrained); else, when every configuration
-    retrained so far has all its seeds finished and missed the target on most of them, its
-    runner-up (:func:`_runner_up`: one not retrained yet)."""
-    source, searched = _searched(grid)
-    trials = searched.get_trials(deepcopy=False)
-    nxt = _near_miss(trials, tried, source)
-    if nxt is None and _all_missed(study.get_trials(deepcopy=False), tried, len(seeds)):
-        nxt = _runner_up(trials, tried, source)
-    if nxt is not None:
-        name = f"{source.key}#{nxt.number}"
-        _enqueue(study, nxt, seeds, name)
-        study.set_user_attr(_CANDIDATES, [*tried, name])
-
-
-def _all_missed(trials: list[optuna.trial.FrozenTrial], tried: list[str], n_seeds: int) -> bool:
-    """Whether each configuration in ``tried`` has its ``n_seeds`` trials finished and missed
-    the target on most of them."""
-    groups = [[t for t in trials if t.user_attrs.get(VALIDATES) == name] for name in tried]
-    return bool(groups) and all(len(g) >= n_seeds and all(t.state.is_finished() for t in g)
-                                and not _mostly_reached(g) for g in groups)
-
-
-def _near_miss(trials: list[optuna.trial.FrozenTrial], tried: list[str],
-               source: Cell) -> optuna.trial.FrozenTrial | None:
-    """The search's near miss (:func:`tasks.search.near_miss`, by :data:`NEAR_MISS`); None
-    when there is none, or a trial in ``tried`` has its configuration already."""
-    fastest = near_miss(trials, NEAR_MISS)
-    if fastest is None or fastest.params in _retrained(trials, tried, source):
-        return None
-    return fastest
-
-
-def _retrained(trials: list[optuna.trial.FrozenTrial], tried: list[str],
-               source: Cell) -> list[dict[str, Any]]:
-    """The configurations of the search trials named in ``tried`` (``<cell>#<number>``)."""
-    by_name = {f"{source.key}#{t.number}": t for t in trials}
-    return [by_name[n].params for n in tried if n in by_name]
-
-
 def _mostly_reached(trials: list[optuna.trial.FrozenTrial]) -> bool:
-    """Whether these finished validation trials reached the target on most of their seeds
+    """Whether these finished held-out trials reached the target on most of their seeds
     (:func:`tasks.stats.mostly_reached`: a trial that did not complete missed)."""
     return mostly_reached([t.state == optuna.trial.TrialState.COMPLETE and reached_target(t)
                            for t in trials], len(trials))
 
 
-def _runner_up(trials: list[optuna.trial.FrozenTrial], tried: list[str],
-               source: Cell) -> optuna.trial.FrozenTrial | None:
-    """The search's next configuration to retrain, one that no trial in ``tried`` has: its
-    fastest COMPLETE trial that reached the target; when none is left, its PRUNED trial of
-    least value so far. A trial the bound pruned was only slower than a best that has now
-    missed on the held-out seeds; in a bound-pruned search that best is often the only
-    trial that finished, so its runners-up are pruned ones, whose time the held-out seeds
-    measure in full (no bound)."""
-    seen = _retrained(trials, tried, source)
-    fresh = [t for t in trials if t.value is not None and t.params not in seen]
-    reached = [t for t in fresh if t.state == optuna.trial.TrialState.COMPLETE
-               and reached_target(t)]
-    pruned = [t for t in fresh if t.state == optuna.trial.TrialState.PRUNED]
-    return min(reached or pruned, key=lambda t: (t.value, t.number), default=None)
-
-
 def validation_due(study: optuna.Study) -> bool:
-    """Whether the validation study has seeds to train (its search had a best to retrain)."""
+    """Whether the held-out study has seeds to train (what it takes from had a configuration
+    to retrain)."""
     return bool(study.user_attrs.get(SEEDED))
 
 
 def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = None
                     ) -> list[dict[str, Any]]:
-    """One row per validation study of the grid: its cell, and each held-out seed's value
-    and whether it reached the target (COMPLETE trials only); ``retrained``: how many
-    configurations the cell retrained.
+    """One row per estimation study of the grid (stages :data:`STAGES`): its cell, and each
+    estimation seed's value, whether it reached the target (COMPLETE trials only) and what it
+    took (``mechanism``: the trial's user attribute, None where absent); ``selection``: each
+    candidate the selection stage retrained, with its seeds, seeds reached and mean there (the
+    chosen one marked); ``retrained``: how many it retrained.
 
-    ``first_seeds``: read only the first K held-out seeds of each cell, as a grid with
-    ``validation_seeds=K`` trained them (the seeds are a prefix: :func:`held_out_seeds`), and
-    pick the configuration that answers by those seeds (``bench/answer_stability.py
-    --held-out K``). A runner-up such a grid would have retrained next, that this grid did
-    not, is not there: the rule's fallback (the search's best) answers."""
+    ``first_seeds``: read only the first K estimation seeds of each cell, as a grid with
+    ``validation_seeds=K`` trained them (the seeds are a prefix: :func:`held_out_seeds`)."""
     rows: list[dict[str, Any]] = []
     store, searched = storage_for(storage), _SearchTrials(storage, grid_name)
     for s in optuna.get_all_study_summaries(store, include_best_trial=False):
@@ -327,9 +339,11 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
             continue
         study = optuna.load_study(study_name=s.study_name, storage=store)
         seeds = list(attrs.get(SEEDED) or [])[:first_seeds]
-        groups = _groups(study, set(seeds) if first_seeds is not None else None)
-        done, replaced = _answer_trials(groups)
+        done = [t for t in study.get_trials(deepcopy=False)
+                if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None
+                and (first_seeds is None or int(t.user_attrs.get(TRAIN_SEED, -1)) in seeds)]
         validates = str(done[0].user_attrs.get(VALIDATES, "")) if done else ""
+        selection = _selection_of(s.study_name, store, validates)
         rows.append({
             "network": int(attrs["network"]),
             "algorithm": str(attrs["algorithm"]) + (MATCHED_SUFFIX if attrs["stage"] == "matched"
@@ -338,14 +352,32 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
             "objective": study_objective(attrs),
             "values": {int(t.user_attrs[TRAIN_SEED]): float(t.value or 0.0) for t in done},
             "reached": {int(t.user_attrs[TRAIN_SEED]): reached_target(t) for t in done},
+            "mechanism": {int(t.user_attrs[TRAIN_SEED]): t.user_attrs.get(MECHANISM_ATTR)
+                          for t in done},
             "params": dict(done[0].params) if done else {},
-            "validates": validates,
-            "n_seeds": len(seeds), "replaced": replaced, "retrained": len(groups),
+            "validates": validates, "n_seeds": len(seeds), "selection": selection,
+            "replaced": [c for c in selection if not c["chosen"]],
+            "retrained": len(selection),
             "unchanged_seeds": _unchanged_seeds(done),
             "search_shortfall": searched.shortfall(validates),
         })
     rows.sort(key=lambda r: (r["network"], r["model"], r["algorithm"]))
     return rows
+
+
+def _selection_of(estimation: str, store: Any, chosen: str) -> list[dict[str, Any]]:
+    """The candidates of the selection study beside an estimation study (a matched cell has
+    none of its own: empty), as the report shows them."""
+    name = estimation.rsplit("/", 1)[0] + f"/{SELECTION}"
+    try:
+        study = optuna.load_study(study_name=name, storage=store)
+    except KeyError:
+        return []
+    return [{"validates": str(g[0].user_attrs.get(VALIDATES, "")), "n_seeds": len(g),
+             "reached_seeds": sum(reached_target(t) for t in g
+                                  if t.state == optuna.trial.TrialState.COMPLETE),
+             "mean": _mean(g), "chosen": str(g[0].user_attrs.get(VALIDATES, "")) == chosen}
+            for g in _groups(study) if g]
 
 
 def _unchanged_seeds(done: list[optuna.trial.FrozenTrial]) -> int | None:
@@ -357,7 +389,7 @@ def _unchanged_seeds(done: list[optuna.trial.FrozenTrial]) -> int | None:
 
 
 class _SearchTrials:
-    """The grid's search trials, loaded once per search study, by the name a validation trial
+    """The grid's search trials, loaded once per search study, by the name a held-out trial
     records of the one it retrains (``<cell>#<number>``)."""
 
     def __init__(self, storage: str, grid_name: str) -> None:
@@ -366,8 +398,8 @@ class _SearchTrials:
 
     def shortfall(self, validates: str) -> float | None:
         """By how much that search trial missed the search's target on its one seed, within
-        the search's epochs: 0 when it reached it (a near miss retrained beside the best is
-        above 0); None when it did not complete (a pruned runner-up) or is not there."""
+        the search's epochs: 0 when it reached it (a near miss chosen is above 0); None when
+        it did not complete (a pruned runner-up) or is not there."""
         cell, _, number = validates.rpartition("#")
         if not cell or not number.isdigit():
             return None
@@ -386,40 +418,11 @@ class _SearchTrials:
         return self.trials[name]
 
 
-def _answer_trials(groups: list[list[optuna.trial.FrozenTrial]]
-                   ) -> tuple[list[optuna.trial.FrozenTrial], list[dict[str, Any]]]:
-    """The COMPLETE trials of the configuration that answers for the cell
-    (:func:`_answer_index`); and what it replaced: the ones retrained before it, which missed
-    the target on most seeds or took longer (``validates``, seeds, seeds reached, mean)."""
-    answer = _answer_index(groups)
-    done = [t for t in groups[answer] if t.state == optuna.trial.TrialState.COMPLETE
-            and t.value is not None]
-    replaced = [{"validates": str(g[0].user_attrs.get(VALIDATES, "")), "n_seeds": len(g),
-                 "reached_seeds": sum(reached_target(t) for t in g
-                                      if t.state == optuna.trial.TrialState.COMPLETE),
-                 "mean": _mean(g)}
-                for g in groups[:answer] if g]
-    return done, replaced
-
-
-def _groups(study: optuna.Study, seeds: set[int] | None = None
-            ) -> list[list[optuna.trial.FrozenTrial]]:
-    """The study's trials per configuration retrained, in the order retrained (only those of
-    ``seeds``, if given)."""
-    trials = [t for t in study.get_trials(deepcopy=False)
-              if seeds is None or int(t.user_attrs.get(TRAIN_SEED, -1)) in seeds]
+def _groups(study: optuna.Study) -> list[list[optuna.trial.FrozenTrial]]:
+    """The study's trials per configuration retrained, in the order listed."""
+    trials = study.get_trials(deepcopy=False)
     return [[t for t in trials if str(t.user_attrs.get(VALIDATES, "")) == name]
             for name in _candidates(study)] or [trials]
-
-
-def _answer_index(groups: list[list[optuna.trial.FrozenTrial]]) -> int:
-    """Of the configurations retrained that reached the target on most seeds, the one of least
-    mean time over its seeds (the first retrained of equals); else the search's best (the
-    first)."""
-    reached = [i for i, g in enumerate(groups) if _mostly_reached(g)]
-    means = {i: _mean(groups[i]) for i in reached}
-    return min(reached, key=lambda i: (float("inf") if means[i] is None else means[i], i),
-               default=0)
 
 
 def _mean(group: list[optuna.trial.FrozenTrial]) -> float | None:
@@ -429,16 +432,29 @@ def _mean(group: list[optuna.trial.FrozenTrial]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def runner_up_answer(study: optuna.Study) -> int | None:
-    """When another configuration than the search's best answers for the validation cell (a
-    runner-up: the best missed; or a near miss that was faster), the number of its validation
-    trial that reached the target fastest: a model of that configuration trained to the
-    target (the search's own trial of it may have been pruned half-way, or missed the
-    target). None when the search's best answers, or nothing was retrained yet."""
-    groups = _groups(study)
-    answer = _answer_index(groups)
-    if answer == 0:  # the search's best answers (or nothing was retrained)
+def runner_up_answer(study: optuna.Study, *, search_best: int | None) -> int | None:
+    """When the estimation study trains another configuration than its search's best (number
+    ``search_best``; the selection chose a runner-up, a near miss or a replica's), the number
+    of its trial that reached the target fastest: a model of that configuration trained to
+    the target. None when the search's best answers, or nothing reached the target."""
+    candidates = _candidates(study)
+    if not candidates or search_best is None:
         return None
-    reached = [t for t in groups[answer] if t.state == optuna.trial.TrialState.COMPLETE
-               and t.value is not None and reached_target(t)]
+    cell, _, number = candidates[0].rpartition("#")
+    if "/r" not in f"/{cell}" and number == str(search_best):
+        return None
+    reached = [t for t in study.get_trials(deepcopy=False)
+               if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None
+               and reached_target(t)]
     return min(reached, key=lambda t: (t.value, t.number)).number if reached else None
+
+
+def expected_trials(settings: GridSettings, cell: Cell, cells: list[Cell]) -> int:
+    """The trials ``cell`` will have in all: a search's budget; a selection's candidates (at
+    most) on the selection seeds; an estimation's or matched cell's estimation seeds."""
+    if cell.stage == "search":
+        return settings.trials_for(cell.model)
+    if cell.stage == SELECTION:
+        candidates = max(settings.selection_candidates, len(sources_of(cell, cells)))
+        return candidates * settings.selection_seeds
+    return settings.validation_seeds
