@@ -67,6 +67,17 @@ def first_growth(history: Iterable[dict[str, Any]], *, initial_batch: int) -> in
     return None
 
 
+def first_damping(history: Iterable[dict[str, Any]], *, initial_batch: int) -> int | None:
+    """Examples seen before the first update whose damping exceeds ``initial_batch`` (None:
+    it never did). On a run whose cap is B0 (a learning-rate decay) this is where its decay
+    begins: where a damper that grows the batch by the same factor could first grow it."""
+    for record in history:
+        if (record.get("kind", "update") == "update"
+                and float(record.get("damping", record["batch_size"])) > initial_batch):
+            return int(record["examples_seen"]) - int(record["batch_size"])
+    return None
+
+
 def growth_share(baseline: list[dict[str, Any]], cost: CostModel, *, target: float | None,
                  growth_examples: int) -> float | None:
     """``φ``: the share of the baseline's simulated time to ``target`` spent after it had

@@ -209,7 +209,8 @@ def answer_markdown(rows: list[dict[str, Any]], *, profile: str | None = None) -
     parts: list[str] = []
     pair = None
     heads = ("rank", "algorithm", "mean s ± 95 % CI", "seeds (reached)",
-             f"speedup vs {BASELINE} [95 % CI]", "tied best", "configuration")
+             f"speedup vs {BASELINE} [95 % CI]", "updates × [CI]", "epochs × [CI]",
+             "tied best", "configuration")
     for row in rows:
         if (row["network"], row["model"]) != pair:
             pair = (row["network"], row["model"])
@@ -223,6 +224,8 @@ def answer_markdown(rows: list[dict[str, Any]], *, profile: str | None = None) -
             str(row["rank"]), row["algorithm"], f"{row['mean']:.4g}{ci}",
             f"{row['n_seeds']} ({row['reached_seeds']})",
             _interval(row["speedup_low"], row["speedup"], row["speedup_high"]),
+            _interval(*(row.get(f"updates_ratio{x}") for x in ("_low", "", "_high"))),
+            _interval(*(row.get(f"epochs_ratio{x}") for x in ("_low", "", "_high"))),
             "yes" if row["tied_best"] else "no" if row["reliable"] else "no: missed the target "
             "on most seeds", _cell(row["params"]) + _replaced(row))) + " |")
     return (_near_misses(rows) + "\n".join(parts)).lstrip("\n") + "\n"

@@ -1,28 +1,27 @@
 """How much the grid's cost model lets damping win: the ceiling of each (network, model) pair.
 
-From the grid's own trials (:mod:`damptune.ceiling`): ``s``, the per-epoch speedup at the
-cap on the grid's network profile; ``φ``, the share of the baseline's time to target (under the
-budget objective: of its epoch budget) after the earliest growth of any searched configuration
-that reached the target at that network size (its final accuracy, under the budget objective);
-and the Amdahl ceiling ``1 / ((1 − φ) + φ / s)`` on any damped speedup. Printed in the report
-beside the speedups measured, so a user sees whether the algorithms or the cost model set
-the answer.
+From the baseline's own trajectory (:mod:`damptune.ceiling`): ``s``, the per-epoch speedup at
+the cap on a network profile; ``φ``, the share of the baseline's time to target (under the
+budget objective: of its epoch budget) after the point where a damper could first grow: where
+the baseline's own damping first passes B0 (its first learning-rate decay; a damper that grows
+the batch by the same factor grows it there); and the Amdahl ceiling
+``1 / ((1 − φ) + φ / s)`` on any damped speedup, per profile. (The earliest growth of any
+searched configuration, used before, made φ 1 whenever a configuration started above B0.)
+Printed in the report beside the speedups measured, so a user sees whether the algorithms or
+the cost model set the answer.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
-import optuna
-
-from damptune.ceiling import ceiling, epoch_speedup, first_growth, growth_share
+from damptune.ceiling import ceiling, epoch_speedup, first_damping, growth_share
 from damptune.checkpoint import load_checkpoint
 from damptune.config import TrainConfig
 from damptune.errors import DamptuneError
 from tasks.answer import BASELINE, n_params_of
-from tasks.grid import Cell, GridSettings, checkpoint_path, never_grows
+from tasks.grid import Cell, GridSettings, checkpoint_path
 from tasks.objective import judge, objective_of
 
 __all__ = ["headroom_rows", "headroom_markdown"]
@@ -35,28 +34,7 @@ def _checkpoint(grid: GridSettings, cell: Cell, number: int) -> dict[str, Any] |
         return None
 
 
-def _earliest_growth(grid: GridSettings, cells: list[dict[str, Any]], *, storage: str,
-                     reached: Callable[[list[dict[str, Any]]], bool],
-                     initial_batch: int) -> int | None:
-    """Fewest examples seen before a batch grew past ``initial_batch``, over every finished
-    search trial of ``cells`` whose history ``reached`` the target (None: none did)."""
-    earliest = None
-    for row in cells:
-        cell = Cell(int(row["network"]), str(row["algorithm"]), str(row["model"]))
-        study = optuna.load_study(study_name=str(row["study"]), storage=storage)
-        for trial in study.get_trials(deepcopy=False,
-                                      states=(optuna.trial.TrialState.COMPLETE,)):
-            ckpt = _checkpoint(grid, cell, trial.number)
-            if ckpt is None or not reached(ckpt["history"]):
-                continue
-            grew = first_growth(ckpt["history"], initial_batch=initial_batch)
-            if grew is not None and (earliest is None or grew < earliest):
-                earliest = grew
-    return earliest
-
-
-def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, Any]], *,
-          storage: str, network: int,
+def _pair(grid: GridSettings, baseline: dict[str, Any], *, network: int,
           profiles: tuple[str | None, ...]) -> list[dict[str, Any]]:
     """The pair's row on each of ``profiles`` (None: the grid's own); the checkpoints are read
     once, whatever the number of profiles. The target and the objective are the baseline's
@@ -74,13 +52,13 @@ def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, A
     kind = objective_of(baseline)
     met = judge(target=target, kind=kind, n_train=own.n_train)
     b0 = int(own.damper_kwargs.get("initial", own.per_worker_batch))
-    grew = _earliest_growth(grid, damped, storage=storage, initial_batch=b0,
-                            reached=lambda history: met(history).reached)
+    grew = first_damping(ckpt["history"], initial_batch=b0)
     # the growth φ is measured from: none when the baseline itself did not meet the objective
     start = grew if grew is not None and met(ckpt["history"]).reached else None
     rows = []
-    for profile in profiles:  # the same run costed on another network (its overrides kept)
-        config = own if profile is None else dataclasses.replace(own, profile=profile)
+    names = list(dict.fromkeys(own.profile if p is None else p for p in profiles))
+    for profile in names:  # the same run costed on another network (its overrides kept)
+        config = own if profile == own.profile else dataclasses.replace(own, profile=profile)
         cost = config.cost_model(n_params)
         s = epoch_speedup(cost, examples=int(config.n_train), initial_batch=b0,
                           per_worker_batch=int(config.per_worker_batch), n_ranks=network)
@@ -93,7 +71,7 @@ def _pair(grid: GridSettings, baseline: dict[str, Any], damped: list[dict[str, A
     return rows
 
 
-def headroom_rows(cells: list[dict[str, Any]], *, grid: GridSettings, storage: str,
+def headroom_rows(cells: list[dict[str, Any]], *, grid: GridSettings, storage: str = "",
                   profiles: tuple[str | None, ...] = (None,)) -> list[dict[str, Any]]:
     """One row per (network, model) of the report's ``cells`` (with shared rows) that has a
     baseline checkpoint, and per profile: ``profile``, ``s``, ``phi``, ``growth_examples`` and
@@ -103,11 +81,8 @@ def headroom_rows(cells: list[dict[str, Any]], *, grid: GridSettings, storage: s
     for network, model in sorted({(int(c["network"]), str(c["model"])) for c in cells}):
         here = [c for c in cells if (int(c["network"]), c["model"]) == (network, model)]
         baseline = next((c for c in here if c["algorithm"] == BASELINE), None)
-        damped = [c for c in here if not never_grows(str(c["algorithm"]))
-                  and not c.get("shared_from")]
         if baseline:
-            out += _pair(grid, baseline, damped, storage=storage, network=network,
-                         profiles=profiles)
+            out += _pair(grid, baseline, network=network, profiles=profiles)
     return out
 
 

@@ -48,7 +48,6 @@ import optuna
 
 from tasks.grid import Cell, GridSettings
 from tasks.leases import Leases
-from tasks.mechanism import MECHANISM_ATTR
 from tasks.objective import SCHEDULE_ATTR
 from tasks.search import (
     NEAR_MISS,
@@ -331,6 +330,9 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
 
     ``first_seeds``: read only the first K estimation seeds of each cell, as a grid with
     ``validation_seeds=K`` trained them (the seeds are a prefix: :func:`held_out_seeds`)."""
+    from tasks.mechanism import MECHANISM_ATTR  # here: tasks.mechanism imports tasks.answer,
+    # which imports this module
+
     rows: list[dict[str, Any]] = []
     store, searched = storage_for(storage), _SearchTrials(storage, grid_name)
     for s in optuna.get_all_study_summaries(store, include_best_trial=False):

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from damptune import ConfigError
-from damptune.ceiling import ceiling, epoch_speedup, first_growth, growth_share
+from damptune.ceiling import ceiling, epoch_speedup, first_damping, first_growth, growth_share
 from damptune.netmodel import DEFAULT_PROFILE, PROFILES, CostModel, get_profile
 
 
@@ -54,6 +54,18 @@ def test_first_growth_is_the_examples_seen_before_the_batch_first_exceeds_b0():
     assert first_growth(history([32, 32, 32, 64, 64], target_at=5), initial_batch=32) == 96
     assert first_growth(history([64, 64], target_at=2), initial_batch=32) == 0
     assert first_growth(history([32, 32], target_at=2), initial_batch=32) is None
+
+
+def test_first_damping_is_where_a_learning_rate_decay_begins_at_a_constant_batch():
+    """The baseline's own trajectory: its batch stays B0 while its damping passes B0 (the
+    decay), and that is where a damper growing by the same factor could first grow."""
+    decaying = history([32] * 5, target_at=5)
+    updates = [r for r in decaying if r["kind"] == "update"]
+    for record, damping in zip(updates, [32, 32, 64, 64, 128], strict=True):
+        record["damping"] = damping
+    assert first_growth(decaying, initial_batch=32) is None
+    assert first_damping(decaying, initial_batch=32) == 64
+    assert first_damping(history([32, 32], target_at=2), initial_batch=32) is None
 
 
 def test_growth_share_is_the_baselines_time_after_the_growth_point():
