@@ -59,7 +59,9 @@ def build_grid(settings: GridSettings, *, networks: tuple[int, ...] = (2, 4),
                                                  checkpoint_seconds=None, **CALIBRATION)
                     state = train(config, data,
                                   checkpoint_path=checkpoint_path(settings, cell, number))
-                    target = settings.target_for(model)
+                    # the target the engine stopped at and a real trial is judged at
+                    # (tasks.trial._judge): the model's plus search_margin in a search cell
+                    target = settings.target_of(cell)
                     value, reached, best = objective(state.history, target=target)
                     study.add_trial(optuna.trial.create_trial(  # as the cell's driver records it
                         params=params, distributions={k: space[k] for k in params},
