@@ -151,7 +151,7 @@ def tune(networks: Networks = [2, 4, 8], algorithms: Algorithms = list(ALGORITHM
         trial_attempts: tries of a trial that cluster faults interrupt, in one run (>= 1).
         worker_wait: seconds a trial waits for its workers before it is interrupted (> 0).
         workers_per_trial: Dask workers per trial (0: one per rank; None: docs/clusters.md).
-        validation_seeds: held-out training seeds each cell's best is retrained on (0 to 100).
+        validation_seeds: estimation seeds each cell's chosen configuration trains on (0-100).
         sampler_seed: integer seed of the search's sampler (None: seed).
         system_metrics: true: MLflow's system metrics (CPU, memory, ...) on every trial's run.
     """

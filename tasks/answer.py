@@ -306,10 +306,11 @@ def _near_misses(rows: list[dict[str, Any]]) -> str:
 
 
 def _replaced(row: dict[str, Any]) -> str:
-    """What the configuration replaced: the search's best (and runners-up) that missed the
-    target on most held-out seeds, or took longer (:mod:`tasks.validation`)."""
+    """What the selection chose it over: the search's best (and candidates before it) that
+    reached the target on fewer selection seeds, or took longer (:mod:`tasks.validation`)."""
     return "".join(f" (replaces {r['validates']}: the target on {r['reached_seeds']} of "
-                   f"{r['n_seeds']} seeds{_mean_of(r)})" for r in row.get("replaced") or [])
+                   f"{r['n_seeds']} selection seeds{_mean_of(r)})"
+                   for r in row.get("replaced") or [])
 
 
 def _mean_of(replaced: dict[str, Any]) -> str:

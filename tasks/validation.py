@@ -326,7 +326,8 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
     estimation seed's value, whether it reached the target (COMPLETE trials only) and what it
     took (``mechanism``: the trial's user attribute, None where absent); ``selection``: each
     candidate the selection stage retrained, with its seeds, seeds reached and mean there (the
-    chosen one marked); ``retrained``: how many it retrained.
+    chosen one marked); ``replaced``: those listed before the chosen one (the search's best
+    first: empty when it was chosen); ``retrained``: how many it retrained.
 
     ``first_seeds``: read only the first K estimation seeds of each cell, as a grid with
     ``validation_seeds=K`` trained them (the seeds are a prefix: :func:`held_out_seeds`)."""
@@ -358,7 +359,7 @@ def validation_rows(storage: str, *, grid_name: str, first_seeds: int | None = N
                           for t in done},
             "params": dict(done[0].params) if done else {},
             "validates": validates, "n_seeds": len(seeds), "selection": selection,
-            "replaced": [c for c in selection if not c["chosen"]],
+            "replaced": _before_chosen(selection),
             "retrained": len(selection),
             "unchanged_seeds": _unchanged_seeds(done),
             "search_shortfall": searched.shortfall(validates),
@@ -380,6 +381,13 @@ def _selection_of(estimation: str, store: Any, chosen: str) -> list[dict[str, An
                                   if t.state == optuna.trial.TrialState.COMPLETE),
              "mean": _mean(g), "chosen": str(g[0].user_attrs.get(VALIDATES, "")) == chosen}
             for g in _groups(study) if g]
+
+
+def _before_chosen(selection: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The candidates listed before the chosen one (the search's best first): what the
+    choice replaced; empty when the search's best was chosen."""
+    index = next((i for i, c in enumerate(selection) if c["chosen"]), 0)
+    return selection[:index]
 
 
 def _unchanged_seeds(done: list[optuna.trial.FrozenTrial]) -> int | None:
@@ -456,7 +464,9 @@ def expected_trials(settings: GridSettings, cell: Cell, cells: list[Cell]) -> in
     most) on the selection seeds; an estimation's or matched cell's estimation seeds."""
     if cell.stage == "search":
         return settings.trials_for(cell.model)
-    if cell.stage == SELECTION:
-        candidates = max(settings.selection_candidates, len(sources_of(cell, cells)))
+    if cell.stage == SELECTION:  # at most: fewer when the searches offer fewer distinct ones
+        searches = len(sources_of(cell, cells))
+        candidates = min(max(settings.selection_candidates, searches),
+                         searches * settings.trials_for(cell.model))
         return candidates * settings.selection_seeds
     return settings.validation_seeds

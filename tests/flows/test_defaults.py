@@ -38,9 +38,10 @@ def test_every_tune_option_is_a_flow_parameter_and_the_defaults_validate():
     flow = flow_defaults()
     settings, cells = grid_of({})
     shared = [a for a in flow["algorithms"] if shared_across_networks(a, settings)]
-    assert shared == ["geodamplr", "cntsdamplr"]  # searched once per model (fair baseline)
+    # searched at one size per model, R times (the strong baseline)
+    assert shared == ["geodamplr", "cntsdamplr"] and settings.baseline_searches == 4
     assert len(cells) == (len(flow["networks"]) * (len(flow["algorithms"]) - len(shared))
-                          + len(shared)) * len(flow["models"])
+                          + len(shared) * settings.baseline_searches) * len(flow["models"])
     assert settings.storage.startswith("sqlite:///")
 
 

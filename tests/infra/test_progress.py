@@ -46,14 +46,16 @@ def test_progress_waits_for_the_storage_and_never_creates_it(tmp_path):
 
 
 def test_progress_expects_the_flow_runs_grid(tmp_path):
-    """The smoke deployment's grid: two search cells of 2 trials, and their validation cells
-    of 2 held-out seeds; the storage under the deployment's working directory."""
+    """The smoke deployment's grid: two search cells of 2 trials, their selection cells (at
+    most 2 candidates, the search's trials, on 2 selection seeds) and estimation cells of 2
+    seeds; the storage under the deployment's working directory."""
     storage, grid, expected = expected_cells(
         {"networks": [2], "algorithms": ["geodamp", "padadamp"], "models": ["mlp"],
          "trials": 2, "epochs": 2, "validation_seeds": 2, "grid_name": "smoke"}, tmp_path)
     assert storage == f"sqlite:///{tmp_path}/runs/smoke/optuna.db" and grid == "smoke"
     assert [(c.key, n) for c, n in expected] == [
-        ("n2/geodamp/mlp", 2), ("n2/padadamp/mlp", 2), ("n2/geodamp/mlp/validation", 2),
+        ("n2/geodamp/mlp", 2), ("n2/padadamp/mlp", 2), ("n2/geodamp/mlp/selection", 4),
+        ("n2/padadamp/mlp/selection", 4), ("n2/geodamp/mlp/validation", 2),
         ("n2/padadamp/mlp/validation", 2)]
 
 
