@@ -94,8 +94,9 @@ def headroom_markdown(rows: list[dict[str, Any]],
                       measured: dict[tuple[int, str], float] | None = None) -> str:
     """The ceiling table, with the best damped speedup measured beside it when given."""
     measured = measured or {}
-    lines = ["| model | network | profile | s (epoch at cap vs B0) | φ (share after earliest "
-             "growth) | ceiling | best damped speedup measured |", "|---|---|---|---|---|---|---|"]
+    lines = ["| model | network | profile | s (epoch at cap vs B0) | φ (share after the "
+             "baseline's first decay) | ceiling | best damped speedup measured |",
+             "|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["model"], r["network"])):
         lines.append(f"| {r['model']} | {r['network']} | {r['profile']} | {_num(r['s'], '.2f')} "
                      f"| {_num(r['phi'], '.2f')} | {_num(r['ceiling'], '.2f')}× | "

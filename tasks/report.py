@@ -242,13 +242,15 @@ def _budget(ranking: list[dict[str, Any]], searches: dict[str, int] | None = Non
     lines += [f"| {m} | {a} | {len(n)} | {repeats.get((m, a), 1)} | {min(n)}–{max(n)} |"
               for (m, a), n in sorted(searched.items())]
     shared = sorted({r["algorithm"] for r in ranking if r.get("shared_from")})
-    most = max(repeats.values(), default=1)
     note = (f"\n{', '.join(shared)} never grow the batch: searched at the smallest network "
-            "only, and shown at every size (`shared_from`)" + (
-                f", {most} times per model, independently: the baseline got {most}× the search "
-                "of each damped algorithm, and its best was chosen on the selection seeds. This "
-                "is the conservative comparison: damping must beat a well-tuned baseline"
-                if most > 1 else "") + ".\n" if shared else "")
+            "only, and shown at every size (`shared_from`).\n" if shared else "")
+    repeated = sorted({a for (_, a), n in repeats.items() if n > 1})
+    if repeated:
+        most = max(repeats.values())
+        note += (f"\n{', '.join(repeated)} (the baseline) searched {most} times per model, "
+                 f"independently: it got {most}× the search of each damped algorithm, and its "
+                 "best was chosen on the selection seeds. This is the conservative comparison: "
+                 "damping must beat a well-tuned baseline.\n")
     return ("Search budget per model and algorithm:\n\n" + "\n".join(lines) + "\n" + note
             + _flat(ranking) + "\n")
 
@@ -281,7 +283,7 @@ def _headroom_section(report: dict[str, Any]) -> str:
             "first passes B0 (its first learning-rate decay). Every profile's: headroom.json. "
             "Ceiling: `1 / ((1 − φ) + φ / s)`, the most any damped schedule could win "
             "(statistical efficiency aside). Measured: the answer's best damped speedup "
-            "(held-out seeds).\n\n"
+            "(estimation seeds).\n\n"
             + headroom_markdown(_own_profile(report), measured) + "\n")
 
 

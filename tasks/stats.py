@@ -194,7 +194,7 @@ ANSWER_COLUMNS = ("network", "model", "rank", "algorithm", "mean", "ci", "n_seed
                   "speedup_low", "speedup_high", "tied_best", "reliable", "reached_seeds",
                   "params", "validates", "replaced", "unchanged_seeds", "search_shortfall",
                   "updates_ratio", "updates_ratio_low", "updates_ratio_high", "epochs_ratio",
-                  "epochs_ratio_low", "epochs_ratio_high", "profile_speedups")
+                  "epochs_ratio_low", "epochs_ratio_high", "profile_speedups", "selection")
 
 
 def answer_rows(validation: list[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:
