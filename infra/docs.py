@@ -153,8 +153,9 @@ def render_models() -> str:
 
 def render_answer() -> str:
     """The README's answer table, from ``docs/answer/answer.json``: per model and network
-    size, the fastest algorithm on the held-out seeds, its mean time, and its speedup over the
-    baseline with its 95 % CI; the commit and grid it came from on one line."""
+    size, the fastest algorithm on the estimation seeds, its mean time, its speedup over the
+    baseline with its 95 % CI, and its model updates and epochs to the target against the
+    baseline's (the mechanism); the commit and grid it came from on one line."""
     from tasks.answer import BASELINE
 
     if not (ANSWER_DIR / "source.json").is_file():
@@ -165,7 +166,7 @@ def render_answer() -> str:
     out = [f"Measured by `{source['command']}` ({source['trials']} trials; its commit is in "
            "`docs/answer/source.json`); the full report: `damptune report`.\n",
            f"| model | ranks | fastest | mean s [95 % CI ±] | speedup vs `{BASELINE}` "
-           "[95 % CI] | tied best |", "|---|---|---|---|---|---|"]
+           "[95 % CI] | updates × | epochs × | tied best |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if row["rank"] != 1:
             continue
@@ -175,8 +176,10 @@ def render_answer() -> str:
         speedup = "–" if row["speedup"] is None else (
             f"{row['speedup']:.2f}× [{row['speedup_low']:.2f}, {row['speedup_high']:.2f}]"
             if row["speedup_low"] is not None else f"{row['speedup']:.2f}×")
+        ratios = " | ".join("–" if row.get(k) is None else f"{row[k]:.2f}×"
+                            for k in ("updates_ratio", "epochs_ratio"))
         out.append(f"| {row['model']} | {row['network']} | `{row['algorithm']}` | "
-                   f"{row['mean']:.3g}{ci} | {speedup} | {', '.join(tied) or '–'} |")
+                   f"{row['mean']:.3g}{ci} | {speedup} | {ratios} | {', '.join(tied) or '–'} |")
     return "\n".join(out) + "\n"
 
 
