@@ -691,18 +691,15 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def _diagnose(run_dirs: list[str]) -> None:
     """What each finished grid's held-out and search trials did (reading its database)."""
-    print("held-out trainings (validation and matched) that missed the target:")
-    for run_dir in run_dirs:
-        misses(run_dir)
-    print("near misses retrained beside their search's best:")
-    for run_dir in run_dirs:
-        near_misses(run_dir)
-    print("search trials that asked a pruned configuration again:")
-    for run_dir in run_dirs:
-        re_asks(run_dir)
-    print("search trials with the value of an earlier trial of their cell (a flat region):")
-    for run_dir in run_dirs:
-        flat_trials(run_dir)
+    for title, report in (
+            ("held-out trainings (validation and matched) that missed the target", misses),
+            ("near misses retrained beside their search's best", near_misses),
+            ("search trials that asked a pruned configuration again", re_asks),
+            ("search trials with the value of an earlier trial of their cell (a flat region)",
+             flat_trials)):
+        print(f"{title}:")
+        for run_dir in run_dirs:
+            report(run_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

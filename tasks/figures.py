@@ -293,7 +293,7 @@ def _speedup_panel(ax: Any, pair: list[dict[str, Any]], order: list[str]) -> Non
                   rotation=25, ha="right")
     ax.xaxis.set_minor_locator(NullLocator())
     low, high = ax.get_ylim()
-    plain = FuncFormatter(lambda v, _: f"{v:.2g}")
+    plain = FuncFormatter(lambda v, _: f"{v:.3g}")
     ax.yaxis.set_major_formatter(plain)
     ax.yaxis.set_minor_formatter(plain if high < 10 * low else NullFormatter())
     ax.set_xlabel("each profile's compute : communication per update and rank")
