@@ -96,7 +96,7 @@ def resolve_locations(settings: GridSettings) -> None:
 
 
 @flow(name="tune", log_prints=True)
-def tune(networks: Networks = [2, 4, 8], algorithms: Algorithms = list(ALGORITHMS),
+def tune(networks: Networks = [2, 8], algorithms: Algorithms = list(ALGORITHMS),
     models: ModelNames = list(MODEL_NAMES), dataset: DatasetName = "mnist1d",
     data_root: str | None = None, device: Device = "cpu", trials: Trials = DEFAULT_TRIALS,
     epochs: Epochs = DEFAULT_EPOCHS, target_accuracy: Target = DEFAULT_TARGETS,
