@@ -269,6 +269,18 @@ def speedup_vs_ratio(report: dict[str, Any]) -> Any:
     return _finish(fig, handles)
 
 
+def _merged_ticks(ratios: dict[str, float], within: float = 1.3) -> list[tuple[str, float]]:
+    """One x tick per group of profiles whose ratios lie within ``within``× of the group's
+    first (their labels would overlap on a log axis): "name, name (ratio)"."""
+    groups: list[list[tuple[str, float]]] = []
+    for name, ratio in sorted(ratios.items(), key=lambda kv: kv[1]):
+        if groups and ratio <= groups[-1][0][1] * within:
+            groups[-1].append((name, ratio))
+        else:
+            groups.append([(name, ratio)])
+    return [(", ".join(n for n, _ in g) + f" ({g[0][1]:.3g})", g[0][1]) for g in groups]
+
+
 def _speedup_panel(ax: Any, pair: list[dict[str, Any]], order: list[str]) -> None:
     """One model's panel of :func:`speedup_vs_ratio`: its damped rows at one network size, an
     x tick per profile (its name and ratio)."""
@@ -288,8 +300,8 @@ def _speedup_panel(ax: Any, pair: list[dict[str, Any]], order: list[str]) -> Non
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ticks = sorted(ratios.items(), key=lambda kv: kv[1])
-    ax.set_xticks([r for _, r in ticks], [f"{n} ({r:.3g})" for n, r in ticks], fontsize=8,
+    ticks = _merged_ticks(ratios)
+    ax.set_xticks([r for _, r in ticks], [label for label, _ in ticks], fontsize=8,
                   rotation=25, ha="right")
     ax.xaxis.set_minor_locator(NullLocator())
     low, high = ax.get_ylim()

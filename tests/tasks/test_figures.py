@@ -25,3 +25,12 @@ def test_a_configuration_that_missed_on_most_held_out_seeds_is_drawn_apart():
                        "x": [pytest.approx(0.30)]}, markers
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "missed the target on most held-out seeds" in labels
+
+
+def test_profiles_of_nearly_one_ratio_share_one_tick_on_the_speedup_figure():
+    """Two profiles whose compute : communication ratios are within 1.3× of each other would
+    print their labels over each other on the log axis: they share one tick."""
+    from tasks.figures import _merged_ticks
+
+    ticks = _merged_ticks({"ddp-100g": 2.14, "centralized": 2.1, "decentralized-high": 224.0})
+    assert ticks == [("centralized, ddp-100g (2.1)", 2.1), ("decentralized-high (224)", 224.0)]
