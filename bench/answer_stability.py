@@ -115,6 +115,23 @@ def _seconds(trial) -> float:
     return (trial.datetime_complete - trial.datetime_start).total_seconds()
 
 
+def stage_seconds(run_dir: str) -> dict[str, float]:
+    """Trial seconds (start to complete, as Optuna stored them) of a finished grid per stage:
+    ``search``, ``replica`` (the baseline's repeated searches), ``selection``, ``validation``
+    (the estimation seeds) and ``matched``: what each part of the answer costs."""
+    import optuna
+
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    out: dict[str, float] = {}
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        attrs = summary.user_attrs
+        stage = "replica" if attrs.get("replica") else str(attrs.get("stage", "search"))
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        out[stage] = out.get(stage, 0.0) + sum(_seconds(t) for t in study.get_trials(
+            deepcopy=False))
+    return {k: round(v, 1) for k, v in sorted(out.items())}
+
+
 def trial_seconds(run_dir: str, held_out: int) -> tuple[float, float, float]:
     """Seconds of trials (start to complete, as Optuna stored them) of a grid: held-out trials
     (validation and matched) on its first ``held_out`` seeds, on all seeds, and search."""
@@ -717,6 +734,12 @@ def main(argv: list[str] | None = None) -> int:
         runs = {s: run_grid(s, args) for s in args.seeds}
     held_out_noise(runs)
     figures = compare(runs)
+    if args.run_dirs:  # what each stage of each grid cost, in trial seconds
+        figures["stage_seconds"] = {d: stage_seconds(d) for d in args.run_dirs}
+        for d, costs in figures["stage_seconds"].items():
+            total = sum(costs.values())
+            print(f"trial seconds of {d}: " + ", ".join(
+                f"{k} {v:.0f} ({100 * v / total:.0f} %)" for k, v in costs.items()))
     for k in args.held_out or []:
         print(f"\n## the first {k} held-out seeds of each grid")
         figures[f"first_{k}_held_out"] = compare(

@@ -124,3 +124,28 @@ def test_figures_hold_each_measure_per_pair_network_and_model():
                                           "n4 cnn": pytest.approx(1.25 / 1.1)}
     assert figures["baseline_cv"] == {"cnn": 0.0} and figures["grids"] == 2
     assert json.loads(json.dumps(records._clean(figures)))["met"]["all"] is False  # as data
+
+
+def test_stage_seconds_sums_each_stages_trials_the_baselines_repeats_apart(tmp_path):
+    """What each part of the answer cost: trial seconds per stage of a grid's storage, the
+    baseline's replicas counted as ``replica``, not as ``search``."""
+    import datetime
+
+    import optuna
+
+    from bench.answer_stability import stage_seconds
+
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    start = datetime.datetime(2026, 1, 1)
+    for name, stage, replica, seconds in (("g/n2/sgd/mlp", "search", 0, [1.0, 2.0]),
+                                          ("g/n2/sgd/mlp/r1", "search", 1, [4.0]),
+                                          ("g/n2/sgd/mlp/selection", "selection", 0, [8.0])):
+        study = optuna.create_study(study_name=name, storage=storage)
+        study.set_user_attr("stage", stage)
+        study.set_user_attr("replica", replica)
+        for s in seconds:
+            trial = optuna.trial.create_trial(value=1.0)
+            trial.datetime_start = start
+            trial.datetime_complete = start + datetime.timedelta(seconds=s)
+            study.add_trial(trial)
+    assert stage_seconds(str(tmp_path)) == {"replica": 4.0, "search": 3.0, "selection": 8.0}
