@@ -186,7 +186,7 @@ def test_deployment_smoke_run_lands_in_optuna_and_mlflow(tmp_path, deployed):
             for r in runs}
     parents = {t.get("damptune.stage"): rid for rid, t in tags.items()
                if "damptune.cell" in t and "mlflow.parentRunId" not in t}
-    assert sorted(parents) == ["search", "validation"], tags
+    assert sorted(parents) == ["search", "selection", "validation"], tags
     assert tags[parents["search"]]["damptune.cell"] == f"n{NETWORK}/{ALGORITHM}/{MODEL}"
     children = [rid for rid, t in tags.items()
                 if t.get("mlflow.parentRunId") == parents["search"]]
@@ -288,8 +288,9 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
     assert all(t[1] in ("COMPLETE", "PRUNED") for ts in got.values() for t in ts), got
     assert got == clean
     trial_keys = _trial_keys(deployed.stack.mlflow_uri, "damptune-g")
-    # 6 search trials and a held-out seed per cell (GRID), once each
-    assert len(trial_keys) == 8 and len(set(trial_keys)) == 8, trial_keys
+    # every trial of the clean run's grid (GRID: search, selection, a held-out seed), once each
+    n_trials = sum(len(trials) for trials in clean.values())
+    assert len(trial_keys) == n_trials and len(set(trial_keys)) == n_trials, trial_keys
 
     # cancelled from the API mid-grid (`prefect flow-run cancel`): the run ends Cancelled,
     # and a rerun ends equal to the clean run, one MLflow run per trial
@@ -311,7 +312,7 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
         "type"] == "COMPLETED", _flow_run_logs(api, fourth)
     assert trials_of(str(cancel_dir), "g") == clean
     runs = runs_per_trial(cancel_dir, "g")  # (cell, trial number) -> its MLflow runs
-    assert len(runs) == 8 and set(runs.values()) == {1}, runs
+    assert len(runs) == n_trials and set(runs.values()) == {1}, runs
 
 
 @pytest.mark.slow
@@ -360,12 +361,12 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
     assert flow_run["state"]["type"] == "COMPLETED", _flow_run_logs(api, second)
     cell = "n2/geodamp/mlp"
     got = trials_of(str(run_dir), "g")
-    assert sorted(got) == [cell, f"{cell}/validation"], got
+    assert sorted(got) == [cell, f"{cell}/selection", f"{cell}/validation"], got
     assert got == {k: v for k, v in clean.items() if k.startswith(cell)}
-    # one MLflow run per trial: 3 search trials and a held-out seed, the trial that trained
-    # at the death continued in its own run
+    # one MLflow run per trial (3 search trials, the selection's, a held-out seed), the trial
+    # that trained at the death continued in its own run
     runs = runs_per_trial(run_dir, "g")  # (cell, trial number) -> its MLflow runs
-    assert len(runs) == 4 and set(runs.values()) == {1}, runs
+    assert len(runs) == sum(len(t) for t in got.values()) and set(runs.values()) == {1}, runs
 
 
 # README "Spot clusters": how grid-spot's schedule is turned on (`active: true` on the schedule of

@@ -87,13 +87,14 @@ def test_a_stop_starts_no_more_cells_then_a_rerun_equals_the_clean_run(tmp_path,
 
     monkeypatch.setattr(tasks.cell, "_log", log_then_stop)
     run_dir = str(tmp_path / "o")
-    with pytest.raises(GridIncomplete, match="3 cell.s. not started") as stopped:
+    with pytest.raises(GridIncomplete, match="5 cell.s. not started") as stopped:
         tune(grid_name="g", run_dir=run_dir, cluster=scheduler, max_concurrent_cells=1, **GRID)
     monkeypatch.setattr(tasks.cell, "_log", real_log)
     interrupt.clear()
     assert stopped.value.exit_code == 75 and not stopped.value.failures
-    assert stopped.value.not_started == ["n2/padadamp/mlp", "n2/geodamp/mlp/validation",
-                                         "n2/padadamp/mlp/validation"], stopped.value.not_started
+    assert stopped.value.not_started == [
+        "n2/padadamp/mlp", "n2/geodamp/mlp/selection", "n2/padadamp/mlp/selection",
+        "n2/geodamp/mlp/validation", "n2/padadamp/mlp/validation"], stopped.value.not_started
     before = trials_of(run_dir, "g")
     assert list(before) == ["n2/geodamp/mlp"], before  # no other study was opened
     assert [s for _, s, *_ in before["n2/geodamp/mlp"]][-1] == "RUNNING", before
@@ -218,8 +219,10 @@ def test_a_trial_another_run_finishes_while_this_one_waits_does_not_end_the_cell
     assert [n for n, *_ in trials["n2/geodamp/mlp"]] == [0, 1, 2], trials
     assert {s for _, s, *_ in trials["n2/geodamp/mlp"]} <= {"COMPLETE", "PRUNED"}, trials
     assert [s for _, s, *_ in trials["n2/geodamp/mlp/validation"]] == ["COMPLETE"], trials
-    assert set(runs_per_trial(run_dir, "g")) == {("n2/geodamp/mlp", "1"), ("n2/geodamp/mlp", "2"),
-                                                 ("n2/geodamp/mlp/validation", "0")}
+    selection = [str(n) for n, *_ in trials["n2/geodamp/mlp/selection"]]
+    assert set(runs_per_trial(run_dir, "g")) == {
+        ("n2/geodamp/mlp", "1"), ("n2/geodamp/mlp", "2"), ("n2/geodamp/mlp/validation", "0"),
+        *(("n2/geodamp/mlp/selection", n) for n in selection)}
 
 
 def test_concurrent_runs_never_train_a_trial_twice(tmp_path, scheduler, monkeypatch):

@@ -98,8 +98,9 @@ def test_tune_without_deadlock_under_tight_thread_limits(tmp_path, scheduler, mo
 
 def test_trials_per_model_give_each_models_cells_their_own_search_budget(tmp_path):
     """``trials={"mlp": 3, "cnn": 1}``: every MLP search cell asks 3 trials, every CNN one 1;
-    each validation cell waits for its own search's total, then retrains its best on the
-    held-out seeds; the cells' MLflow runs record their model's total."""
+    each selection cell waits for its own search's total, then retrains its candidates (at
+    most the search's trials) on the 2 selection seeds, and the estimation cell the choice on
+    the held-out seeds; the cells' MLflow runs record their model's total."""
     run_dir = str(tmp_path / "pm")
     tune(trials={"mlp": 3, "cnn": 1}, networks=[2], algorithms=["geodamp"],
          models=["mlp", "cnn"], epochs=2, target_accuracy=0.3, pruner="none",
@@ -109,11 +110,13 @@ def test_trials_per_model_give_each_models_cells_their_own_search_budget(tmp_pat
         study_name=s.study_name, storage=storage).trials)
         for s in optuna.get_all_study_summaries(storage)}
     assert finished == {"pm/n2/geodamp/mlp": 3, "pm/n2/geodamp/cnn": 1,
+                        "pm/n2/geodamp/mlp/selection": 6, "pm/n2/geodamp/cnn/selection": 2,
                         "pm/n2/geodamp/mlp/validation": 2, "pm/n2/geodamp/cnn/validation": 2}
     _, runs = mlflow_runs(run_dir, "pm")
     cells = {r.data.tags["damptune.cell"]: r.data.params["trials"] for r in runs
              if r.data.tags.get("damptune.kind") == "cell"}
     assert cells == {"n2/geodamp/mlp": "3", "n2/geodamp/cnn": "1",
+                     "n2/geodamp/mlp/selection": "2", "n2/geodamp/cnn/selection": "2",
                      "n2/geodamp/mlp/validation": "2", "n2/geodamp/cnn/validation": "2"}
 
 
@@ -129,14 +132,16 @@ def test_search_margin_raises_the_searchs_target_and_not_the_held_out_seeds(tmp_
     targets = {s.study_name: s.user_attrs["target_accuracy"]
                for s in optuna.get_all_study_summaries(storage)}
     assert targets == {"sm/n2/geodamp/mlp": pytest.approx(0.4),
+                       "sm/n2/geodamp/mlp/selection": 0.3,
                        "sm/n2/geodamp/mlp/validation": 0.3}
     _, runs = mlflow_runs(run_dir, "sm")
     trials = [r for r in runs if r.data.tags.get("damptune.kind") == "trial"]
     by_stage = {}
     for r in trials:
         by_stage.setdefault(r.data.params["stage"], []).append(r)
-    assert sorted(len(v) for v in by_stage.values()) == [2, 2]
-    search, held_out = by_stage["search"], by_stage["validation"]
+    assert len(by_stage["search"]) == len(by_stage["validation"]) == 2
+    assert len(by_stage["selection"]) in (2, 4)  # 1 or 2 distinct candidates, 2 seeds each
+    search, held_out = by_stage["search"], by_stage["validation"] + by_stage["selection"]
     assert {r.data.params["target_accuracy"] for r in search} == {"0.4"}
     assert {r.data.params["target_accuracy"] for r in held_out} == {"0.3"}
     reached = [r for r in search if r.data.metrics["reached_target"] == 1]
