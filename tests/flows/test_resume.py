@@ -276,8 +276,10 @@ def test_concurrent_runs_never_train_a_trial_twice(tmp_path, scheduler, monkeypa
         t.join(600)
         assert not t.is_alive(), "a run did not finish"
     assert len(outcomes) == 2 and all(isinstance(o, list) for o in outcomes), outcomes
-    # 4 search trials and the one held-out seed's validation trial (GRID)
-    assert len(trained) == 5 and all(len(owners) == 1 for owners in trained.values()), trained
+    # every trial of the grid (4 search trials, the selection's, the one held-out seed's)
+    n_trials = sum(len(t) for t in trials_of(run_dir, "g").values())
+    assert len(trained) == n_trials and all(len(owners) == 1 for owners in trained.values()), (
+        trained)
     assert len({owners[0] for owners in trained.values()}) == 2, trained  # both runs trained
     assert all(waits), waits  # a training that waited for both runs to be in saw them in
     trials = trials_of(run_dir, "g")["n2/geodamp/mlp"]
@@ -449,8 +451,9 @@ def test_mlflow_outage_stops_the_grid_with_a_clear_error_then_rerun(tmp_path, sc
                                   max_results=1000)
         keys = [(r.data.tags["damptune.cell"], r.data.tags["damptune.trial_number"])
                 for r in runs]
-        # 6 search trials and a validation trial per cell (GRID: one held-out seed), once each
-        assert len(keys) == 8 and len(set(keys)) == 8
+        # every trial of the clean grid (search, selection, one held-out seed), once each
+        n_trials = sum(len(t) for t in clean.values())
+        assert len(keys) == n_trials and len(set(keys)) == n_trials
         assert {r.info.status for r in runs} == {"FINISHED"}
     finally:
         with contextlib.suppress(ProcessLookupError):
