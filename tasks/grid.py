@@ -87,7 +87,8 @@ class Cell:
         if len(parts) not in (3, 4) or parts[0][:1] != "n" or not parts[0][1:].isdigit():
             raise ValueError(f"cell key {key!r}: expected "
                              "n<P>/<algorithm>/<model>[/r<replica>][/<stage>]")
-        return cls(int(parts[0][1:]), *parts[1:], replica=replica)  # type: ignore[misc]
+        return cls(int(parts[0][1:]), parts[1], parts[2],
+                   stage=parts[3] if len(parts) == 4 else "search", replica=replica)
 
     @property
     def searched(self) -> Cell:
@@ -273,8 +274,8 @@ def cells_of(
              if n == smallest or not shared_across_networks(a, settings)]
     repeats = replicas_of(cells, settings)  # each right after its first search: the grid's
     # order is the order cells start in, and the baseline's selection waits for all four
-    return [x for c in cells for x in [c, *(r for r in repeats if r.searched == Cell(
-        c.network, c.algorithm, c.model, replica=r.replica))]]
+    return [x for c in cells for x in [c, *(r for r in repeats if (r.network, r.algorithm, r.model)
+                                             == (c.network, c.algorithm, c.model))]]
 
 
 def replicas_of(cells: list[Cell], settings: GridSettings) -> list[Cell]:

@@ -288,17 +288,13 @@ def _headroom_section(report: dict[str, Any]) -> str:
 
 
 def _own_profile(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ceiling rows on the grid's own profile (each pair's first row): headroom.json
-    holds every profile's."""
-    own = {(r["network"], r["model"]): r["profile"] for r in reversed(report["headroom"])}
-    seen: set[tuple[int, str, str]] = set()
-    out = []
+    """The ceiling rows on the grid's own profile, each pair's first
+    (:func:`tasks.headroom.headroom_rows` lists it first): headroom.json holds every
+    profile's."""
+    first: dict[tuple[int, str], dict[str, Any]] = {}
     for r in report["headroom"]:
-        key = (r["network"], r["model"], r["profile"])
-        if r["profile"] == own[(r["network"], r["model"])] and key not in seen:
-            seen.add(key)
-            out.append(r)
-    return out
+        first.setdefault((r["network"], r["model"]), r)
+    return list(first.values())
 
 
 def _answer_section(report: dict[str, Any]) -> str:

@@ -58,7 +58,6 @@ from tasks.search import (
     study_name,
     study_objective,
 )
-from tasks.stats import mostly_reached
 
 __all__ = ["TRAIN_SEED", "VALIDATES", "SEEDED", "MATCHED", "MATCHED_SUFFIX", "SELECTION",
            "STAGES", "HELD_OUT_STAGES", "NEAR_MISS", "held_out_seeds",
@@ -305,13 +304,6 @@ def validation_total(study: optuna.Study) -> int:
     """The trials the held-out study has or will have: its seeds for each configuration it
     retrains (0 before it is seeded)."""
     return len(study.user_attrs.get(SEEDED) or []) * max(1, len(_candidates(study)))
-
-
-def _mostly_reached(trials: list[optuna.trial.FrozenTrial]) -> bool:
-    """Whether these finished held-out trials reached the target on most of their seeds
-    (:func:`tasks.stats.mostly_reached`: a trial that did not complete missed)."""
-    return mostly_reached([t.state == optuna.trial.TrialState.COMPLETE and reached_target(t)
-                           for t in trials], len(trials))
 
 
 def validation_due(study: optuna.Study) -> bool:
