@@ -443,7 +443,7 @@ def runner_up_answer(study: optuna.Study, *, search_best: int | None) -> int | N
     if not candidates or search_best is None:
         return None
     cell, _, number = candidates[0].rpartition("#")
-    if "/r" not in f"/{cell}" and number == str(search_best):
+    if Cell.from_key(cell).replica == 0 and number == str(search_best):
         return None
     reached = [t for t in study.get_trials(deepcopy=False)
                if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None

@@ -122,3 +122,26 @@ def test_estimation_trains_only_the_selections_choice_on_fresh_seeds(tmp_path, s
     assert sorted((t.user_attrs[VALIDATES], _params(t)[name], t.user_attrs[TRAIN_SEED])
                   for t in study.trials) == sorted(
         ("n2/geodamplr/mlp#1", 4.0, s) for s in seeds)
+
+
+@pytest.mark.parametrize(("chosen", "answers"), [("n2/radadamp/mlp#0", False),
+                                                 ("n2/radadamp/mlp#1", True),
+                                                 ("n2/radadamp/mlp/r1#0", True)])
+def test_the_registry_follows_the_estimation_only_when_it_is_not_the_searchs_best(
+        tmp_path, chosen, answers):
+    """The search's best (trial 0 of replica 0) keeps its own model; another configuration,
+    a replica's too, gives the estimation's fastest trial that reached the target. An
+    algorithm whose name starts with r is no replica."""
+    from tasks.validation import runner_up_answer
+
+    settings, _ = _settings(tmp_path, "radadamp")
+    cell = Cell(2, "radadamp", "mlp", "validation")
+    study = open_study(settings, cell, n_train=4000)
+    study.set_user_attr("validation_candidates", [chosen])
+    space = {"rho": optuna.distributions.FloatDistribution(0.5, 0.999)}
+    for value in (2.0, 1.0):
+        trial = study.ask(space)
+        trial.set_user_attr(VALIDATES, chosen)
+        trial.set_constraint(TARGET_CONSTRAINT, 0.0)
+        study.tell(trial, value)
+    assert runner_up_answer(study, search_best=0) == (1 if answers else None)
