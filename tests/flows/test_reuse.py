@@ -15,7 +15,7 @@ from tasks.objective import objective
 from tasks.reuse import REUSED_ATTR, TRAINING_ATTR
 from tasks.search import open_study
 from tasks.trial import trial_config
-from tasks.validation import validation_settings
+from tasks.validation import sources_of, validation_settings
 from tests.flows.test_tune import mlflow_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
@@ -38,16 +38,17 @@ def _network(study_name):
     return Cell.from_key(study_name.split("/", 1)[1]).network
 
 
-def _trained_alone(settings, scheduler, trial, study_name):
+def _trained_alone(settings, cells, scheduler, trial, study_name):
     """The objective of ``trial``'s configuration trained now as its cell trains (its network,
-    stage, settings and stored calibration), on as many workers as the grid's trial had."""
-    ds = load_dataset(settings.dataset, seed=settings.data_seed)
-    cell = Cell.from_key(study_name.split("/", 1)[1])
+    stage, settings, data and stored calibration), on as many workers as the grid's trial
+    had."""
+    cell, seed = Cell.from_key(study_name.split("/", 1)[1]), trial.user_attrs.get("train_seed")
+    ds = load_dataset(settings.dataset, seed=settings.data_seed_of(cell, seed))
     keeper = CalibrationKeeper(open_study(settings, cell.searched, n_train=len(ds.y_train)))
-    if cell.stage != "search":  # a held-out seed's: the validation (or matched) cell's settings
-        settings = GridSettings(**validation_settings(settings, source=cell.searched))
-    config = keeper.stored(trial_config(settings, cell, trial.params, ds,
-                                        seed=trial.user_attrs.get("train_seed")))
+    if cell.stage != "search":  # a held-out seed's: the held-out cell's settings
+        settings = GridSettings(**validation_settings(
+            settings, sources=sources_of(cell, cells), stage=cell.stage))
+    config = keeper.stored(trial_config(settings, cell, trial.params, ds, seed=seed))
     with Client(scheduler, timeout="10s") as client:
         workers = sorted(client.scheduler_info()["workers"])
     data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
@@ -60,7 +61,7 @@ def test_a_training_that_fits_a_smaller_cap_is_reused_with_the_value_it_would_tr
         tmp_path, scheduler):
     run_dir = str(tmp_path / "r")
     tune(run_dir=run_dir, cluster=scheduler, **GRID)
-    settings, _ = grid_of({**GRID, "run_dir": run_dir})
+    settings, cells = grid_of({**GRID, "run_dir": run_dir})
     trials = _complete(run_dir)
     reused = {k: t for k, t in trials.items() if REUSED_ATTR in t.user_attrs}
     assert reused, "no trial reused a training"
@@ -72,7 +73,7 @@ def test_a_training_that_fits_a_smaller_cap_is_reused_with_the_value_it_would_tr
         assert source.user_attrs[TRAINING_ATTR]["ranks"] <= min(network, _network(source_study))
         assert t.intermediate_values == source.intermediate_values
         # the value it took is the one its own training on its network gives, to the last bit
-        assert _trained_alone(settings, scheduler, t, study) == t.value, (study, t.number)
+        assert _trained_alone(settings, cells, scheduler, t, study) == t.value, (study, t.number)
     # the trainings of n2 its cap cut (tests/damptune/test_least_cap.py) are not reusable
     assert any(TRAINING_ATTR not in t.user_attrs for (s, _), t in trials.items()
                if s.startswith("r/n2/"))
