@@ -51,6 +51,7 @@ from tasks import tracking
 from tasks.cell import run_cell
 from tasks.clusters import check_cluster
 from tasks.console import keep_running_without_console
+from tasks.env import check_environment
 from tasks.grid import (
     ALGORITHMS,
     DEFAULT_EPOCHS,
@@ -295,6 +296,7 @@ def grid_of(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
 
 def _settings(params: dict[str, Any]) -> tuple[GridSettings, list[Cell]]:
     """The grid's settings and cells, validated before any work starts."""
+    check_environment()  # DAMPTUNE_* variables (tasks.env): a bad one refused here
     lifetime = interrupt.parse_duration(params["max_cluster_lifetime"])
     checkpoint_seconds = positive_float("checkpoint_seconds", params["checkpoint_seconds"],
                                         "a positive number")

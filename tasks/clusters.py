@@ -16,8 +16,6 @@ deadlock holding half of what each needs) and releases them when it ends.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import inspect
 import os
 import threading
 import time
@@ -25,12 +23,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import yaml
 from distributed import Client
 
 from damptune import ClusterError, ConfigError, claims, interrupt, membership
 from damptune.cluster import scheduler_address, worker_addresses
 from damptune.preemption import TOPIC, PreemptionPlugin
+from tasks.cluster_yaml import read_cluster_yaml
 from tasks.gpus import local_cluster_for
 
 __all__ = ["WorkerPool", "Gang", "open_cluster", "check_cluster"]
@@ -195,50 +193,21 @@ class Gang:
 
 def check_cluster(source: str) -> None:
     """Refuse a bad ``cluster`` before any work: not ``local``, an address or an existing
-    YAML file; a YAML file without ``class``, whose class does not import, or whose
-    ``kwargs`` the class's constructor does not take (where its signature names them)."""
+    YAML file; a YAML file that :func:`tasks.cluster_yaml.read_cluster_yaml` refuses (a
+    syntax error, not a mapping, a class that does not import or is not a cluster class, a
+    keyword the class, or the workers it passes keywords on to, does not take)."""
     if source == "local" or source.startswith(("tcp://", "tls://", "ws://")):
         return
     if not (source.endswith((".yaml", ".yml")) and os.path.isfile(source)):
         raise ConfigError("cluster", source,
                           "'local', a scheduler address 'tcp://HOST:PORT' or a cluster YAML file")
-    _cluster_class(source)
-
-
-def _cluster_class(path: str) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """(class, kwargs, spec) of a cluster YAML file, checked (see :func:`check_cluster`)."""
-    try:
-        with open(path) as f:
-            spec = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError("cluster", path, "a readable YAML file", str(exc)) from None
-    if not isinstance(spec, dict) or "class" not in spec:
-        raise ConfigError("cluster", path, "a YAML file with 'class' (import path) and 'kwargs'")
-    module, _, name = str(spec["class"]).rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError("cluster", spec["class"],
-                          "an importable Dask cluster class (is its package installed?)") from exc
-    kwargs = spec.get("kwargs") or {}
-    if not isinstance(kwargs, dict):
-        raise ConfigError("cluster", path, "'kwargs' as a mapping of keyword arguments")
-    try:
-        signature = inspect.signature(cls)
-    except (TypeError, ValueError):
-        return cls, kwargs, spec
-    if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
-        unknown = sorted(set(kwargs) - set(signature.parameters))
-        if unknown:
-            raise ConfigError("cluster", path, f"kwargs that {spec['class']} takes: "
-                              f"{sorted(signature.parameters)}", f"Unknown: {unknown}.")
-    return cls, kwargs, spec
+    read_cluster_yaml(source)
 
 
 def _from_yaml(path: str, n_workers: int) -> Any:
-    cls, kwargs, spec = _cluster_class(path)
-    cluster = cls(**kwargs)
-    cluster.scale(int(spec.get("workers") or n_workers))
+    spec = read_cluster_yaml(path)
+    cluster = spec.cls(**spec.kwargs)
+    cluster.scale(spec.workers or n_workers)
     return cluster
 
 

@@ -10,7 +10,6 @@ grid started at once never train the same trial twice. Optuna's own heartbeat wo
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from sqlalchemy import Column, Float, MetaData, String, Table, create_engine, de
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from tasks.env import lease_ttl
 from tasks.retries import retry
 
 __all__ = ["Leases", "leases_for", "Heartbeat"]
@@ -106,10 +106,11 @@ class Leases:
 
 
 def leases_for(url: str, *, ttl: float | None = None) -> Leases:
-    """The leases of a storage; ``ttl`` defaults to ``$DAMPTUNE_LEASE_TTL`` or 60 s."""
+    """The leases of a storage; ``ttl`` defaults to ``$DAMPTUNE_LEASE_TTL`` or 60 s
+    (:func:`tasks.env.lease_ttl`)."""
     with _LOCK:
         if url not in _CACHE:
-            ttl = ttl or float(os.environ.get("DAMPTUNE_LEASE_TTL", "60"))
+            ttl = ttl or lease_ttl()
             _CACHE[url] = Leases(url, ttl=ttl)
         return _CACHE[url]
 

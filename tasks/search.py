@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -14,6 +13,7 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 
 from damptune import DAMPERS, ConfigError, DamptuneError, Param
 from damptune.config import cap_for
+from tasks import env
 from tasks.grid import Cell, GridSettings
 from tasks.retries import retry
 from tasks.samplers import NoRepeatSampler, PrunedSeenSampler
@@ -48,7 +48,7 @@ _LOCK = threading.Lock()
 
 def sqlite_timeout() -> float:
     """Seconds SQLite waits for a lock: ``$DAMPTUNE_SQLITE_TIMEOUT``, default 60."""
-    return float(os.environ.get("DAMPTUNE_SQLITE_TIMEOUT") or 60)
+    return env.sqlite_timeout()  # checked at the flow's door: tasks.env
 
 
 def engine_kwargs_for(url: str) -> dict[str, Any]:
