@@ -2,7 +2,9 @@
 
 The newest checkpoint is at ``path``; the ``keep - 1`` before it at ``path~1``, ``path~2``, …
 (newest first). A checkpoint that is partial or corrupt is skipped for the previous one, with a
-warning.
+warning; when every generation is corrupt, they are kept aside (``<generation>.unreadable``) and
+the run starts from the beginning, with a warning. A file that cannot be read at all (an I/O
+error of its storage) may be sound: it is never set aside.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from fsspec.implementations.local import LocalFileSystem
 from damptune.errors import CheckpointError
 
 __all__ = ["save_checkpoint", "load_checkpoint", "load_latest", "checkpoint_exists",
-           "checkpoint_paths"]
+           "checkpoint_paths", "CorruptCheckpoint"]
 
 log = logging.getLogger("damptune.checkpoint")
 
@@ -69,29 +71,41 @@ def checkpoint_exists(path: str) -> bool:
 
 
 def load_checkpoint(path: str) -> dict[str, Any]:
-    """Load one checkpoint with ``weights_only=True`` (no arbitrary code runs)."""
+    """Load one checkpoint with ``weights_only=True`` (no arbitrary code runs). A file that
+    cannot be read raises CheckpointError (caused by the OSError); one whose bytes are not a
+    checkpoint, :class:`CorruptCheckpoint`."""
     fs, fpath = fsspec.core.url_to_fs(path)
     if not fs.exists(fpath):
         raise CheckpointError(f"checkpoint_path={path!r} does not exist")
     try:
         with fs.open(fpath, "rb") as f:
             data = f.read()
+    except OSError as exc:  # the storage, not the file's bytes: it may be sound
+        raise CheckpointError(f"checkpoint_path={path!r} could not be read: {exc}") from exc
+    try:
         ckpt = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for a corrupt file
-        raise CheckpointError(f"checkpoint_path={path!r} could not be read: {exc}") from exc
+        raise CorruptCheckpoint(f"checkpoint_path={path!r} could not be read: {exc}") from exc
     if not isinstance(ckpt, dict):
         kind = type(ckpt).__name__
-        raise CheckpointError(f"checkpoint_path={path!r} holds a {kind}, not a dict")
+        raise CorruptCheckpoint(f"checkpoint_path={path!r} holds a {kind}, not a dict")
     return ckpt
+
+
+class CorruptCheckpoint(CheckpointError):
+    """A checkpoint file whose bytes are not a checkpoint (torn, overwritten, truncated)."""
 
 
 def load_latest(path: str, *, keep: int = 1) -> dict[str, Any] | None:
     """The newest readable checkpoint among ``path``'s generations (None if there is none).
 
-    A partial or corrupt one is skipped for the previous, with a warning; if every existing
-    generation is unreadable, CheckpointError (nothing is deleted).
+    A partial or corrupt one is skipped for the previous, with a warning. When every existing
+    generation is corrupt (:class:`CorruptCheckpoint`), they are kept aside as
+    ``<generation>.unreadable`` and None is returned, with a warning: the run starts from the
+    beginning. When one of them could not be read at all (an I/O error: it may be sound),
+    CheckpointError, and nothing is set aside.
     """
-    errors = []
+    errors, corrupt = [], []
     for candidate in checkpoint_paths(path, max(keep, 1)):
         if not checkpoint_exists(candidate):
             continue
@@ -100,10 +114,28 @@ def load_latest(path: str, *, keep: int = 1) -> dict[str, Any] | None:
         except CheckpointError as exc:
             log.warning("skipping an unreadable checkpoint: %s", exc)
             errors.append(str(exc))
+            corrupt += [candidate] if isinstance(exc, CorruptCheckpoint) else []
             continue
         if errors:
             log.warning("resuming from the older checkpoint %s", candidate)
         return ckpt
-    if errors:
+    if len(corrupt) < len(errors):
         raise CheckpointError("no readable checkpoint: " + "; ".join(errors))
+    if corrupt:
+        _set_aside(corrupt)
+        log.warning("no readable checkpoint of %s: its %d generation(s) are corrupt and kept as "
+                    "%s; the run starts again from the beginning (its training is "
+                    "deterministic: it ends as it would have)", path, len(corrupt),
+                    ", ".join(f"{c}.unreadable" for c in corrupt))
     return None
+
+
+def _set_aside(paths: list[str]) -> None:
+    """Rename each corrupt generation to ``<name>.unreadable`` (replacing an older one), so
+    the fresh run's checkpoints do not rotate over them."""
+    for path in paths:
+        fs, fpath = fsspec.core.url_to_fs(path)
+        try:
+            _move(fs, fpath, f"{fpath}.unreadable")
+        except OSError as exc:  # left where it is: the fresh run's checkpoints replace it
+            log.warning("could not keep %s aside: %s", path, exc)

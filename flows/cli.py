@@ -155,9 +155,15 @@ def _tune(args: argparse.Namespace) -> int:
     from flows.signature import flow_params
     from flows.tune import grid_of, tune
     from tasks.report import GridIncomplete
+    from tasks.stores import StoreFault, check_stores
 
     given = {p.name: getattr(args, p.name) for p in flow_params() if hasattr(args, p.name)}
     settings, cells = grid_of(given)  # bad input fails here, before any server starts
+    try:
+        check_stores(settings)  # a full disk, a corrupt store, MLflow down: before any write
+    except StoreFault as exc:  # not the input (status 2): the storage's fault
+        print(f"damptune tune: store fault: {exc}", file=sys.stderr)
+        return exc.exit_code
     # this process is the run: a SIGTERM, or a first Ctrl-C, checkpoints the trials, and the
     # grid ends interrupted (exit status 75) instead of the process dying by the signal
     interrupt.own_process()
@@ -180,6 +186,9 @@ def _tune(args: argparse.Namespace) -> int:
     except GridIncomplete as exc:  # the summary is written: show it, then say what is wrong
         _print_rows(exc.rows, as_json=False)
         print(f"damptune tune: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except StoreFault as exc:  # a store failed since the check above (an outage)
+        print(f"damptune tune: store fault: {exc}", file=sys.stderr)
         return exc.exit_code
     finally:
         stop.set()

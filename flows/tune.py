@@ -69,6 +69,7 @@ from tasks.registry import publish_models
 from tasks.report import GridIncomplete, check_run_dir, grid_rows, write_meta, write_summary
 from tasks.search import check_grid_data, storage_for, with_storage_retries
 from tasks.session import open_session
+from tasks.stores import check_stores
 from tasks.validation import (
     HELD_OUT_STAGES,
     matched_cells,
@@ -353,6 +354,7 @@ def _prepare(settings: GridSettings, *, n_cells: int) -> None:
                 settings.grid_name, n_cells, settings.trials, settings.run_dir,
                 tracking.redact(settings.storage), tracking.redact(settings.tracking_uri))
     check_run_dir(settings.run_dir, settings.grid_name)  # another grid's run dir: refused
+    check_stores(settings)  # a full disk, a corrupt store, MLflow down: before any write
     os.makedirs(settings.run_dir, exist_ok=True)  # the SQLite stores' directory
     storage_for(settings.storage)
     with_storage_retries(lambda: check_grid_data(settings))  # a rerun on other data: refused

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -30,6 +31,7 @@ from tasks.headroom import headroom_markdown, headroom_rows
 from tasks.objective import objective_of, value_name
 from tasks.search import storage_for, study_objective, summarize
 from tasks.stats import ANSWER_COLUMNS, answer_rows
+from tasks.stores import META, check_meta
 from tasks.validation import validation_rows
 
 __all__ = ["grid_rows", "write_summary", "COLUMNS", "read_meta", "write_meta", "GridIncomplete",
@@ -37,7 +39,6 @@ __all__ = ["grid_rows", "write_summary", "COLUMNS", "read_meta", "write_meta", "
 
 COLUMNS = ("network", "algorithm", "model", "best_value", "reached", "best_params",
            "n_complete", "n_pruned", "n_failed", "n_interrupted", "study")
-META = "grid.json"
 NAMED_CELLS = 6  # cells a GridIncomplete names of those not started (the rest: a count)
 
 
@@ -133,14 +134,25 @@ def write_summary(rows: list[dict[str, Any]], run_dir: str) -> tuple[str, str]:
 
 
 def write_meta(run_dir: str, meta: dict[str, Any]) -> None:
+    """``grid.json``, written whole or not at all (a full disk leaves the old one as it was)."""
     os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, META), "w") as f:
-        json.dump(meta, f, indent=1)
+    path = os.path.join(run_dir, META)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(meta, f, indent=1)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def check_run_dir(run_dir: str, grid_name: str) -> None:
     """Refuse a grid in another grid's run directory (its ``grid.json`` names another grid):
-    the two would share checkpoint paths, and one's trials would resume from the other's."""
+    the two would share checkpoint paths, and one's trials would resume from the other's. A
+    ``grid.json`` that cannot be read, or is damaged, is a :class:`tasks.stores.StoreFault`
+    naming it (:func:`tasks.stores.check_meta`; left as it is)."""
+    check_meta(run_dir, grid_name)
     recorded = read_meta(run_dir).get("grid_name")
     if recorded is not None and recorded != grid_name:
         raise ConfigError("grid_name", grid_name,

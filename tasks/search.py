@@ -11,13 +11,14 @@ from typing import Any, TypeVar
 import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
-from damptune import DAMPERS, ConfigError, DamptuneError, Param
+from damptune import DAMPERS, ConfigError, Param
 from damptune.config import cap_for
 from tasks import env
 from tasks.grid import Cell, GridSettings
 from tasks.retries import retry
 from tasks.samplers import NoRepeatSampler, PrunedSeenSampler
 from tasks.sqlite import use_wal
+from tasks.stores import StoreFault, check_sqlite
 
 __all__ = [
     "summarize",
@@ -63,12 +64,20 @@ def storage_for(url: str) -> optuna.storages.BaseStorage:
     SQLite waits up to ``$DAMPTUNE_SQLITE_TIMEOUT`` seconds (default 60) for a lock instead
     of failing at once when cells write together; past that, :func:`with_storage_retries`.
     A SQLite file is put in WAL mode (:mod:`tasks.sqlite`).
+    A SQLite file that is not a sound database is a :class:`tasks.stores.StoreFault` naming
+    it (left as it is).
     """
+    from sqlalchemy.exc import DatabaseError
+
     with _LOCK:
         if url not in _STORAGES:
             use_wal(url, timeout=sqlite_timeout())  # a SQLite file: readers and writers apart
-            _STORAGES[url] = optuna.storages.RDBStorage(url,
-                                                        engine_kwargs=engine_kwargs_for(url))
+            try:
+                _STORAGES[url] = optuna.storages.RDBStorage(
+                    url, engine_kwargs=engine_kwargs_for(url))
+            except DatabaseError:
+                check_sqlite(url, param="storage", what="Optuna's storage")  # a corrupt file
+                raise
         return _STORAGES[url]
 
 
@@ -354,8 +363,9 @@ def with_storage_retries(fn: Callable[[], T], *, attempts: int = 5, delay: float
                  attempts=attempts, delay=delay)
 
 
-class StorageUnavailable(DamptuneError):
-    """The Optuna storage stayed unreachable through the retries."""
+class StorageUnavailable(StoreFault):
+    """The Optuna storage stayed unreachable through the retries (a fault of the database,
+    not of the input)."""
 
 def summarize(study: optuna.Study, cell: Cell) -> dict[str, Any]:
     """Best hyperparameters and value, the trial counts of one cell, and how many distinct

@@ -21,10 +21,11 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from damptune import DamptuneError
 from tasks.grid import Cell, GridSettings
 from tasks.mlflow_store import open_sqlite_store
 from tasks.retries import retry
+from tasks.sqlite import sqlite_file
+from tasks.stores import StoreFault
 
 __all__ = [
     "client_for",
@@ -46,6 +47,7 @@ __all__ = [
     "log_report",
     "artifact_url",
     "open_cell_run",
+    "check_reachable",
 ]
 
 T = TypeVar("T")
@@ -59,8 +61,9 @@ def redact(text: str) -> str:
     return _SECRET.sub(r"\1***\3", str(text))
 
 
-class TrackingUnavailable(DamptuneError):
-    """The MLflow tracking store stayed unreachable through the retries."""
+class TrackingUnavailable(StoreFault):
+    """The MLflow tracking store stayed unreachable through the retries (a fault of the
+    server, not of the input)."""
 
 
 def with_retries(fn: Callable[[], T], *, what: str, attempts: int = 4, delay: float = 0.5) -> T:
@@ -105,6 +108,31 @@ def client_for(tracking_uri: str) -> MlflowClient:
             open_sqlite_store(tracking_uri)  # a new one a copy, not 3 s of schema; WAL mode
             _CLIENTS[tracking_uri] = MlflowClient(tracking_uri=tracking_uri)
         return _CLIENTS[tracking_uri]
+
+
+def check_reachable(tracking_uri: str) -> None:
+    """At the grid's start, before anything is written: a tracking store that is not a local
+    file (an MLflow server, a database) answers one request, with MLflow's own bounded retries
+    (:func:`client_for`), else :class:`TrackingUnavailable` naming the URI and the cause. One
+    attempt, not :func:`with_retries`' four: nothing is under way that a wait would save."""
+    scheme = urlsplit(str(tracking_uri)).scheme
+    if sqlite_file(tracking_uri) is not None or scheme in ("", "file"):
+        return
+    try:
+        client_for(tracking_uri).search_experiments(max_results=1)
+    except (MlflowException, OSError) as exc:
+        raise TrackingUnavailable(
+            f"MLflow at tracking_uri={redact(tracking_uri)!r} did not answer at the grid's start "
+            f"({_cause(exc)}): a fault of the server, not of the input. Nothing was run: no "
+            "trial was asked and nothing was written. Start MLflow there (or give the grid "
+            "the tracking_uri of one that runs) and run the grid again.") from None
+
+
+def _cause(exc: Exception) -> str:
+    """The words of a failed request's cause (``[Errno 111] Connection refused``), else the
+    first line of its message."""
+    found = re.search(r"\[Errno -?\d+\] [^'\")]+", str(exc))
+    return found.group(0) if found else redact(str(exc)).splitlines()[0][:300]
 
 
 # MLflow 3's UI opens an experiment without this tag on its GenAI view (traces); with it, on
