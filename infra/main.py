@@ -17,8 +17,15 @@
    else ``runs/<grid_name>``, relative to the repository root);
 6. prints the Prefect and MLflow UI addresses.
 
-The stack keeps running afterwards (``make stack-down`` stops it). The exit status is 0 only
-when the flow run COMPLETED and the report printed.
+Before anything starts, ``--grid`` and the ``--param`` values are checked with the flow's own
+validators (:func:`check_parameters`, on the deployment's parameters in ``prefect.yaml`` with
+the ``--param`` values over them): a bad one is refused naming the parameter, the value given
+and what is accepted, and no server, flow run or run directory is made.
+
+The stack keeps running afterwards (``make stack-down`` stops it). Exit status: 0 when the
+flow run COMPLETED and the report printed; 2 for bad input (as ``damptune tune``), refused
+before any work; 1 when the stack failed or the run did not complete; 124 when ``--timeout``
+ran out and 130 on Ctrl-C (the flow run goes on in both).
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ from typing import Any
 from urllib.parse import quote
 from uuid import UUID
 
+import yaml
+
+from damptune.errors import ConfigError
 from infra.prefect_api import read_flow_run, recent_logs, run_deployment, wait_for_flow_run
 from infra.progress import GridWatch, expected_cells
 from infra.stack import (
@@ -48,7 +58,13 @@ from infra.stack import (
     up,
 )
 
-__all__ = ["main", "wait_for_flow_run", "experiment_url"]
+__all__ = ["main", "wait_for_flow_run", "experiment_url", "deployment_parameters",
+           "check_parameters", "flow_parameters", "EXIT_USAGE"]
+
+PREFECT_FILE = REPO_ROOT / "prefect.yaml"
+EXIT_USAGE = 2  # bad input, refused before any work (as `damptune tune`)
+EXIT_TIMEOUT = 124  # --timeout ran out (as timeout(1)); the flow run goes on
+EXIT_INTERRUPTED = 130  # Ctrl-C while waiting; the flow run goes on
 
 def _say(line: str) -> None:
     print(line, flush=True)
@@ -111,13 +127,83 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Any]]:
     parser.add_argument("--no-deploy", action="store_true",
                         help="skip `prefect deploy --all` (the deployments exist already)")
     args = parser.parse_args(argv)
+    return args, flow_parameters(args.param)
+
+
+def flow_parameters(items: list[str]) -> dict[str, Any]:
+    """The ``--param NAME=JSON`` items as a dict (a value that is no JSON is taken as a
+    string); ``ConfigError`` for an item without ``NAME=``."""
     params: dict[str, Any] = {}
-    for item in args.param:
+    for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            parser.error(f"--param takes KEY=VALUE (VALUE in JSON), got {item!r}")
+            raise ConfigError("--param", item, "NAME=JSON, e.g. trials=4 or networks=[2,4]")
         params[key] = _param_value(raw)
-    return args, params
+    return params
+
+
+def deployment_parameters(name: str, prefect_file: Path = PREFECT_FILE) -> dict[str, Any]:
+    """The parameters deployment ``name`` of ``prefect_file`` gives flow ``tune``;
+    ``ConfigError`` (``--grid``) if the file has no such deployment."""
+    deployments = yaml.safe_load(prefect_file.read_text()).get("deployments") or []
+    for deployment in deployments:
+        if deployment.get("name") == name:
+            return dict(deployment.get("parameters") or {})
+    raise ConfigError("--grid", name, f"a deployment of {prefect_file.name}: "
+                      f"{', '.join(str(d.get('name')) for d in deployments)}")
+
+
+def check_parameters(params: dict[str, Any]) -> None:
+    """``params`` of flow ``tune`` checked as its deployment's run would check them, before
+    anything starts: a name that is no parameter of the flow; the flow's own validators
+    (:func:`flows.tune.grid_of`), paths (``run_dir``, ``cluster``, ``data_root``) taken
+    relative to the repository root (the deployments' working directory); the parameter
+    schema Prefect's server enforces (a value of the wrong type). Raises ``ConfigError`` (or
+    a validator's ``ValueError``) naming the parameter; writes nothing."""
+    from flows.signature import flow_params
+    from flows.tune import grid_of
+
+    names = [p.name for p in flow_params()]
+    for key, value in params.items():
+        if key not in names:
+            raise ConfigError(key, value, f"a parameter of flow tune: {', '.join(names)}")
+    try:
+        with contextlib.chdir(REPO_ROOT):
+            grid_of(params)
+    except TypeError:  # a value of a type the validators do not expect: the schema names it
+        _check_schema(params)
+        raise
+    _check_schema(params)
+
+
+def _check_schema(params: dict[str, Any]) -> None:
+    """``params`` against flow ``tune``'s parameter schema, as Prefect's server checks a
+    deployment's run (it refuses ``warm_start="yes"``, which the validators never see)."""
+    from prefect.utilities.callables import parameter_schema
+    from prefect.utilities.schema_tools import validate
+
+    from flows.tune import tune
+
+    schema = parameter_schema(tune).model_dump_for_openapi()
+    for error in validate(params, schema, ignore_required=True):
+        key = error.json_path.removeprefix("$.").split(".")[0].split("[")[0]
+        prop = schema["properties"].get(key, {})
+        types = " or ".join(str(t.get("type")) for t in prop.get("anyOf", [prop]))
+        raise ConfigError(key, params.get(key), f"{types} ({prop.get('description', '')}); "
+                          f"the flow's parameter schema says: {error.message}")
+
+
+def _check(args: argparse.Namespace, params: dict[str, Any]) -> None:
+    """The run's parameters (``--grid``'s deployment in prefect.yaml, ``params`` over them)
+    checked before anything starts; with ``--no-deploy`` a deployment that is not in
+    prefect.yaml (registered from elsewhere) has only its ``--param`` values checked."""
+    try:
+        deployed = deployment_parameters(args.grid)
+    except ConfigError:
+        if not args.no_deploy:
+            raise
+        deployed = {}
+    check_parameters({**deployed, **params})
 
 
 def _start(args: argparse.Namespace) -> Stack:
@@ -180,7 +266,12 @@ def _report(stack: Stack, run: dict[str, Any], grid: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, params = _parse(argv)
+    try:
+        args, params = _parse(argv)
+        _check(args, params)  # bad input: refused before any server or flow run starts
+    except ValueError as exc:  # ConfigError is one; a fault of a cluster or store is not
+        print(f"python -m infra.main: error: {exc} Nothing was started.", file=sys.stderr)
+        return EXIT_USAGE
     t0 = time.monotonic()
     try:
         stack = _start(args)
@@ -191,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TimeoutError, KeyboardInterrupt) as exc:
         print(f"\nstopped waiting ({exc or 'interrupted'}); the flow run goes on; cancel it "
               "with: prefect flow-run cancel <id>", file=sys.stderr)
-        return 2
+        return EXIT_TIMEOUT if isinstance(exc, TimeoutError) else EXIT_INTERRUPTED
     run_url = f"{stack.prefect_ui_url}/runs/flow-run/{flow_run_id}"
     final = run["state"]["type"]
     _say(f"flow run {run.get('name')} ({flow_run_id}) finished {run['state']['name']} in "

@@ -9,6 +9,7 @@ at most once a minute.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -73,9 +74,8 @@ class GridWatch:
 
     def look(self) -> GridProgress | None:
         """The grid's progress now; None while its storage does not exist yet."""
-        path = self.storage.removeprefix("sqlite:///")
-        if self.storage.startswith("sqlite:///") and not Path(path).is_file():
-            return None  # the flow creates it: never made here, before the flow
+        if not _made(self.storage):
+            return self.last  # the flow makes it: never made here, nor its tables
         try:
             finished = finished_per_cell(self.storage, self.grid_name)
         except Exception:  # noqa: BLE001 - a storage being created or locked: next look
@@ -112,6 +112,27 @@ class GridWatch:
             self.console.print(f"grid {self.grid_name}: {p.line()} · "
                                f"{_clock(now - t0)} elapsed{_left(p, now - t0)}",
                                highlight=False, soft_wrap=True)  # one line in a log
+
+
+def _made(storage: str) -> bool:
+    """Whether the flow has made its Optuna storage: any URL but a SQLite file; a SQLite
+    file once it holds Optuna's tables (its ``alembic_version`` row, written last), read
+    through a read-only connection. Opened through Optuna while the flow was making it (the
+    file exists, its tables not yet), the look made the tables too, and the flow's own
+    making failed ("table studies already exists")."""
+    if not storage.startswith("sqlite:///"):
+        return True
+    path = Path(storage.removeprefix("sqlite:///"))
+    if not path.is_file():
+        return False
+    try:
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=5.0)
+        try:
+            return bool(conn.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:  # no such table yet, or locked: the next look
+        return False
 
 
 def _cells_text(p: GridProgress) -> str:
