@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -27,10 +28,11 @@ import optuna
 import psutil
 import pytest
 
-from infra.main import experiment_url, wait_for_flow_run
+from infra.main import EXIT_USAGE, experiment_url, main, wait_for_flow_run
 from infra.prefect_api import client, run_deployment
 from infra.stack import REPO_ROOT, Stack, free_port, running_stack, up
 from tests.flows.grids import GRID, runs_per_trial, trials_of
+from tests.infra.test_main import TINY, answers, flow_runs, make_run, stack_pids
 
 CHROMIUM = Path("/usr/bin/chromium")
 NETWORK, ALGORITHM, MODEL = 2, "geodamp", "mlp"
@@ -484,3 +486,50 @@ def test_grid_spot_schedule_runs_with_its_parameters_and_cancels_colliding_runs(
         study = optuna.load_study(study_name=f"grid-spot/n{NETWORK}/{ALGORITHM}/{MODEL}",
                                   storage=f"sqlite:///{tmp_path / 'grid'}/optuna.db")
         assert [t.state.name for t in study.trials] in (["COMPLETE"], ["PRUNED"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_make_run_runs_a_tiny_grid_prints_live_addresses_and_refuses_a_bad_param(
+        tmp_path, deployed, capsys):
+    """`make run RUN_ARGS=...` on the module's stack (``infra.main`` reuses a running stack of
+    its run directory: what a second `make run` does), the smoke deployment with a tiny grid's
+    ``--param`` values: exit 0, the Prefect and MLflow addresses it prints are 127.0.0.1 and
+    answer, the grid's trials are in Optuna. Then ``infra.main`` with ``--param epochs=0``:
+    status 2 naming it, no new flow run in the Prefect API, no run directory, the stack's
+    processes untouched."""
+    stack_dir, run_dir = Path(deployed.stack.run_dir), tmp_path / "tiny"
+    ports = {"prefect": deployed.ports["prefect_port"], "mlflow": deployed.ports["mlflow_port"]}
+    # a grid name of its own: the module's other tests count the runs of theirs in MLflow
+    done = make_run(stack_dir, ports, {**TINY, "run_dir": str(run_dir), "grid_name": "mr"})
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-6000:]
+    prefect_ui = re.search(r"^Prefect UI: (\S+)  \(this run: (\S+)\)", done.stdout, re.M)
+    mlflow_ui = re.search(r"^MLflow UI:  (\S+)  \(experiment damptune-mr: (\S+)\)",
+                          done.stdout, re.M)
+    assert prefect_ui and mlflow_ui, done.stdout[-3000:]
+    for url, port in ((prefect_ui[1], ports["prefect"]), (prefect_ui[2], ports["prefect"]),
+                      (mlflow_ui[1], ports["mlflow"]), (mlflow_ui[2], ports["mlflow"])):
+        assert (urllib.parse.urlparse(url).scheme, urllib.parse.urlparse(url).hostname,
+                urllib.parse.urlparse(url).port) == ("http", "127.0.0.1", port), url
+        assert answers(url) == 200, url
+    # the --param values reached the run: the tiny grid's one cell (not the smoke deployment's
+    # two, nor its held-out stages), its 2 trials finished
+    storage = f"sqlite:///{run_dir}/optuna.db"
+    assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == [
+        "mr/n2/geodamp/mlp"]
+    study = optuna.load_study(study_name="mr/n2/geodamp/mlp", storage=storage)
+    assert [t.state.name in ("COMPLETE", "PRUNED") for t in study.trials] == [True] * 2, (
+        study.trials)
+
+    runs, pids = flow_runs(deployed.api), stack_pids(stack_dir)
+    bad_dir = tmp_path / "bad"
+    capsys.readouterr()
+    status = main(["--grid", "smoke", "--run-dir", str(stack_dir), "--prefect-port",
+                   str(ports["prefect"]), "--mlflow-port", str(ports["mlflow"]),
+                   "--param", f"run_dir={json.dumps(str(bad_dir))}", "--param", "epochs=0"])
+    err = capsys.readouterr().err
+    assert status == EXIT_USAGE, err
+    assert "epochs=0 is not accepted; expected a positive number of epochs" in err, err
+    assert flow_runs(deployed.api) == runs and stack_pids(stack_dir) == pids
+    assert not bad_dir.exists()

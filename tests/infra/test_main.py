@@ -1,14 +1,13 @@
-"""``make run`` (``python -m infra.main``): a real run of a tiny grid through the door users
-take, bad ``--grid`` and ``--param`` values refused before anything starts, and every
-deployment's parameters (prefect.yaml, infra/prefect-git.yaml) accepted by the flow's own
-validators.
+"""``make run`` (``python -m infra.main``): bad ``--grid`` and ``--param`` values refused
+before anything starts, and every deployment's parameters (prefect.yaml,
+infra/prefect-git.yaml) accepted by the flow's own validators. Its real run of a tiny grid, on
+the deployment tests' stack: tests/test_e2e_deployment.py::test_make_run_runs_a_tiny_grid_...
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import re
 import shlex
 import sqlite3
 import subprocess
@@ -16,9 +15,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from urllib.parse import urlparse
 
-import optuna
 import pytest
 import yaml
 
@@ -147,7 +144,7 @@ def test_bad_input_is_refused_with_status_2_before_anything_starts(case, tmp_pat
             urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
 
 
-def _answers(url: str) -> int:
+def answers(url: str) -> int:
     """The HTTP status of the page at ``url`` opened as a browser does (its UI's pages are
     served to a navigation: ``Accept: text/html``)."""
     request = urllib.request.Request(url, headers={"Accept": "text/html"})
@@ -158,19 +155,19 @@ def _answers(url: str) -> int:
         return exc.code
 
 
-def _pids(stack_dir: Path) -> dict[str, str]:
+def stack_pids(stack_dir: Path) -> dict[str, str]:
     paths = StackPaths(stack_dir)
     return {n: paths.pid_file(n).read_text() for n in SERVICES if paths.pid_file(n).exists()}
 
 
-def _flow_runs(api_url: str) -> int:
+def flow_runs(api_url: str) -> int:
     request = urllib.request.Request(f"{api_url}/flow_runs/count", data=b"{}",
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as response:
         return int(json.loads(response.read()))
 
 
-def _make_run(stack_dir: Path, ports: dict[str, int], params: dict) -> subprocess.CompletedProcess:
+def make_run(stack_dir: Path, ports: dict[str, int], params: dict) -> subprocess.CompletedProcess:
     """``make run RUN_ARGS='--grid smoke ... --param NAME=JSON ...'`` from the repository root,
     with this interpreter's environment (its stamp taken as made: nothing is installed)."""
     args = ["--grid", "smoke", "--run-dir", str(stack_dir),
@@ -181,59 +178,6 @@ def _make_run(stack_dir: Path, ports: dict[str, int], params: dict) -> subproces
                            f"BIN={Path(sys.executable).parent}", f"RUN_ARGS={shlex.join(args)}"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200,
                           stdin=subprocess.DEVNULL)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_make_run_runs_a_tiny_grid_prints_live_addresses_and_refuses_a_bad_param(tmp_path,
-                                                                                 capsys):
-    """`make run RUN_ARGS=...`: a stack of its own, `prefect deploy --all`, the smoke deployment
-    with the tiny grid's ``--param`` values; exit 0, the Prefect and MLflow addresses it prints
-    are 127.0.0.1 and answer, the grid's trials are in Optuna. Then, on that running stack,
-    ``infra.main`` with ``--param epochs=0``: status 2 naming it, no new flow run in the
-    Prefect API, no run directory, the stack's processes untouched."""
-    stack_dir, run_dir = tmp_path / "stack", tmp_path / "tiny"
-    ports = {"prefect": free_port(), "mlflow": free_port()}
-    try:
-        done = _make_run(stack_dir, ports, {**TINY, "run_dir": str(run_dir)})
-        said = done.stdout + done.stderr
-        assert done.returncode == 0, said[-6000:]
-
-        prefect_ui = re.search(r"^Prefect UI: (\S+)  \(this run: (\S+)\)", done.stdout, re.M)
-        mlflow_ui = re.search(r"^MLflow UI:  (\S+)  \(experiment damptune-smoke: (\S+)\)",
-                              done.stdout, re.M)
-        assert prefect_ui and mlflow_ui, done.stdout[-3000:]
-        for url, port in ((prefect_ui[1], ports["prefect"]), (prefect_ui[2], ports["prefect"]),
-                          (mlflow_ui[1], ports["mlflow"]), (mlflow_ui[2], ports["mlflow"])):
-            assert (urlparse(url).scheme, urlparse(url).hostname, urlparse(url).port) == (
-                "http", "127.0.0.1", port), url
-            assert _answers(url) == 200, url
-
-        # the --param values reached the run: the tiny grid's one cell (not the smoke
-        # deployment's two, nor its held-out stages), its 2 trials finished
-        storage = f"sqlite:///{run_dir}/optuna.db"
-        assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == [
-            "smoke/n2/geodamp/mlp"]
-        study = optuna.load_study(study_name="smoke/n2/geodamp/mlp", storage=storage)
-        assert [t.state.name in ("COMPLETE", "PRUNED") for t in study.trials] == [True] * 2, (
-            study.trials)
-
-        api = f"{prefect_ui[1]}/api"
-        runs, pids = _flow_runs(api), _pids(stack_dir)
-        assert len(pids) == len(SERVICES), pids
-        bad_dir = tmp_path / "bad"
-        capsys.readouterr()
-        status = main(["--grid", "smoke", "--run-dir", str(stack_dir),
-                       "--prefect-port", str(ports["prefect"]),
-                       "--mlflow-port", str(ports["mlflow"]),
-                       "--param", f"run_dir={json.dumps(str(bad_dir))}", "--param", "epochs=0"])
-        err = capsys.readouterr().err
-        assert status == EXIT_USAGE, err
-        assert "epochs=0 is not accepted; expected a positive number of epochs" in err, err
-        assert _flow_runs(api) == runs and _pids(stack_dir) == pids
-        assert not bad_dir.exists()
-    finally:
-        down(stack_dir)
 
 
 def test_progress_never_makes_the_tables_of_a_storage_the_flow_is_making(tmp_path):
