@@ -73,12 +73,23 @@ def storage_for(url: str) -> optuna.storages.BaseStorage:
         if url not in _STORAGES:
             use_wal(url, timeout=sqlite_timeout())  # a SQLite file: readers and writers apart
             try:
-                _STORAGES[url] = optuna.storages.RDBStorage(
-                    url, engine_kwargs=engine_kwargs_for(url))
+                _STORAGES[url] = _rdb_storage(url)
             except DatabaseError:
                 check_sqlite(url, param="storage", what="Optuna's storage")  # a corrupt file
                 raise
         return _STORAGES[url]
+
+
+def _rdb_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's storage at ``url``, opened again when another process made its schema at the
+    same moment: Optuna's first opening of a new database is not atomic, and of two runs
+    started at once the second to create a table or stamp the schema's version failed
+    (OperationalError ``table ... already exists``, IntegrityError on ``alembic_version``)."""
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    return retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs_for(url)),
+                 transient=lambda exc: isinstance(exc, IntegrityError | OperationalError),
+                 attempts=3, delay=0.2)
 
 
 def study_name(settings: GridSettings, cell: Cell) -> str:

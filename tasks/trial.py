@@ -178,9 +178,11 @@ def _setup(grid: GridSettings, c: Cell, ds: Dataset, *, params: dict[str, Any],
     """The trial's :class:`_Setup`. On CPU the cell's first trial measures the calibration
     here, as its training would; on GPUs it is measured where rank 0 trains, so only a stored
     one is taken here."""
-    study = open_study(grid, c, n_train=len(ds.y_train))
-    keeper = study if c.stage == "search" else open_study(grid, c.searched,
-                                                          n_train=len(ds.y_train))
+    # opening writes (Optuna's create_study inserts, then loads what exists): retried, as
+    # every write of a trial, so a locked database is ridden out, not a FAIL trial
+    study = with_storage_retries(lambda: open_study(grid, c, n_train=len(ds.y_train)))
+    keeper = study if c.stage == "search" else with_storage_retries(
+        lambda: open_study(grid, c.searched, n_train=len(ds.y_train)))
     data = TrainData.from_arrays(ds.X_train, ds.y_train, ds.X_test, ds.y_test)
     bound = best_value(study) if grid.pruner != "none" else None
     config = trial_config(grid, c, params, ds, bound=bound, seed=train_seed)
