@@ -145,6 +145,15 @@ def _progress(storage: str, grid_name: str, total: int, stop: threading.Event) -
     bar.close()
 
 
+def _total_trials(settings: Any, cells: list[Any]) -> int:
+    """The trials the grid will have in all: every stage's cells (search, replicas, selection,
+    estimation, matched), as `make run`'s progress line counts them."""
+    from flows.tune import stages
+    from tasks.validation import expected_trials
+
+    return sum(expected_trials(settings, c, cells) for c in stages(settings, cells))
+
+
 def _tune(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # damptune's loggers reach the run's logs in Prefect, as prefect.yaml's work pool sets
@@ -175,8 +184,7 @@ def _tune(args: argparse.Namespace) -> int:
     if not getattr(args, "no_progress", False):
         threading.Thread(target=_progress, daemon=True,
                          args=(settings.storage, settings.grid_name,
-                               sum(settings.trials_for(c.model) + settings.validation_seeds
-                                   for c in cells),
+                               _total_trials(settings, cells),
                                stop)).start()
     os.makedirs(settings.run_dir, exist_ok=True)
     try:
