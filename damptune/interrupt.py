@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
@@ -134,7 +135,7 @@ def parse_duration(text: str | float | int | None) -> float | None:
             value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
         except (ValueError, KeyError):
             value = -1.0
-    if not value > 0:
+    if not 0 < value < math.inf:  # nan, zero, negative and endless are no lifetime
         from damptune.errors import ConfigError
 
         raise ConfigError("max_cluster_lifetime", text, "a duration such as '6h', '90m', '3600'")

@@ -2,20 +2,25 @@
 cluster becomes a FAIL (real Prefect harness, Optuna and MLflow on SQLite, real Dask
 LocalClusters whose worker processes are killed by real signals)."""
 
+import json
 import logging
 import os
+import re
 import signal
+import threading
 
 import pytest
 import yaml
 from distributed import Client, WorkerPlugin
 from mlflow.tracking import MlflowClient
 
-from damptune import ConfigError
+from damptune import ConfigError, load_checkpoint
+from damptune.checkpoint import checkpoint_exists, checkpoint_paths
 from damptune.cluster import local_cluster
 from flows.tune import tune
 from infra.stack import REPO_ROOT, free_port
 from tasks import worklog
+from tasks.grid import Cell, GridSettings, checkpoint_path
 from tasks.report import GridIncomplete
 from tests.flows.grids import (
     GRID,
@@ -27,6 +32,9 @@ from tests.flows.grids import (
 from tests.segments import act_inside_a_segment
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+
+EVERY = 30  # updates between checkpoints of the spot-kill grid (not by time: a count)
+SPOT_GRID = {**GRID, "checkpoint_seconds": 3600.0, "checkpoint_every": EVERY}
 
 
 @pytest.fixture
@@ -74,6 +82,67 @@ def kill_in_the_second_training(monkeypatch, kill):
     act_inside_a_segment(monkeypatch, lambda: threading.get_ident() in armed, kill)
 
 
+def kill_two_intervals_into_the_second_training(monkeypatch, kill, run_dir):
+    """Have ``kill`` run inside the grid's second training, inside the first segment that
+    starts once its work log shows it past two checkpoint intervals (more than 2 × EVERY
+    updates), so its checkpoints hold two generations. Returns what the trial's work log and
+    checkpoints held then, filled in at the kill: its driver's thread, its cell and number,
+    its latest update (the work log's live line) and the updates of its two newest
+    checkpoints (None where there is none)."""
+    import tasks.trial
+
+    real_callbacks, trainings, logs, killed = tasks.trial.trial_callbacks, [], {}, {}
+
+    def counted(**kw):  # called by the trial's thread, which then trains
+        trainings.append(None)
+        if len(trainings) == 2:
+            logs[threading.get_ident()] = kw["worklog"]
+        return real_callbacks(**kw)
+
+    def armed():
+        log = logs.get(threading.get_ident())
+        return log is not None and live_update(log) > 2 * EVERY
+
+    def act():
+        log = logs[threading.get_ident()]
+        cell = os.path.relpath(os.path.dirname(log.live_path), os.path.join(run_dir, "worklog"))
+        number = int(os.path.basename(log.live_path).removeprefix("trial-").split(".")[0])
+        path = checkpoint_path(GridSettings(run_dir=run_dir, grid_name="g"),
+                               Cell.from_key(cell), number)
+        killed.update(thread=threading.get_ident(), cell=cell, number=number,
+                      update=live_update(log),
+                      checkpoints=[load_checkpoint(p)["counters"]["update"]
+                                   if checkpoint_exists(p) else None
+                                   for p in checkpoint_paths(path, 2)])
+        kill()
+
+    monkeypatch.setattr(tasks.trial, "trial_callbacks", counted)
+    act_inside_a_segment(monkeypatch, armed, act)
+    return killed
+
+
+def live_update(log):
+    """The latest update in a trial's live work-log line (``tasks/worklog.py``); 0 if none."""
+    try:
+        with open(log.live_path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def went_back_to(killed, caplog, run_dir):
+    """The update the killed trial trained on from: where its driver re-formed the ranks'
+    group (damptune/segments.py logs it, first in the trial's thread after the kill), or
+    where its next attempt resumed (its work log), whichever is earlier."""
+    regrouped = [int(m.group(1)) for r in caplog.records if r.thread == killed["thread"]
+                 and (m := re.search(r"re-forming the group from update (\d+)", r.getMessage()))]
+    log = worklog.WorkLog(run_dir, killed["cell"], killed["number"])
+    with open(log.attempts_path) as f:
+        resumed = [json.loads(line)["resumed_at"] for line in f if line.strip()][1:]
+    assert regrouped or resumed, "the killed trial neither re-formed its group nor resumed"
+    return min(regrouped[:1] + resumed)
+
+
 def assert_killed_inside_a_trial(kill, n_killed, caplog, run_dir):
     """The kill happened, hit ``n_killed`` workers, and landed inside a trial, which went on:
     its driver re-formed the ranks' group from its last synced update (damptune/segments.py
@@ -90,17 +159,25 @@ def assert_killed_inside_a_trial(kill, n_killed, caplog, run_dir):
 def test_workers_sigkilled_mid_grid_lose_nothing(tmp_path, spot_cluster, clean, victims,
                                                  caplog, monkeypatch):
     """The issue's scenario: worker processes SIGKILLed after the first trial finished, while
-    another trains; their nannies start replacements at new addresses. The trial that lost
-    its workers went on, and the grid ends as the clean run did: every trial COMPLETE or
-    PRUNED once, none FAIL, the same values, one MLflow run per trial."""
+    another trains, two checkpoint intervals into it; their nannies start replacements at new
+    addresses. The trial that lost its workers went on and lost at most one checkpoint
+    interval: the updates it trained again (its work log's latest update at the kill, less
+    the update it went back to) are at most the updates between its two newest checkpoints
+    then, which are the configured interval. The grid ends as the clean run did: every trial
+    COMPLETE or PRUNED once, none FAIL, the same values, one MLflow run per trial."""
     run_dir = str(tmp_path / "r")
     pick = (lambda ws: ws[:1]) if victims == "one worker" else (lambda ws: ws)
     kill = sigkill(spot_cluster.scheduler_address, pick)
-    kill_in_the_second_training(monkeypatch, kill)
+    killed = kill_two_intervals_into_the_second_training(monkeypatch, kill, run_dir)
     with caplog.at_level(logging.WARNING, logger="damptune.segments"):
         rows = tune(grid_name="g", run_dir=run_dir, cluster=spot_cluster.scheduler_address,
-                    **GRID)
+                    **SPOT_GRID)
     assert_killed_inside_a_trial(kill, 1 if victims == "one worker" else 2, caplog, run_dir)
+    newest, previous = killed["checkpoints"]
+    redone = killed["update"] - went_back_to(killed, caplog, run_dir)
+    interval = None if None in (newest, previous) else newest - previous
+    assert interval == EVERY, (interval, redone, killed)  # as its checkpoints record it
+    assert 0 <= redone <= interval, (redone, killed)
     assert all(r["n_failed"] == 0 and r["n_interrupted"] == 0 for r in rows)
     assert trials_of(run_dir, "g") == clean
     assert set(runs_per_trial(run_dir, "g").values()) == {1}
