@@ -66,14 +66,15 @@ def _snapshot(root):
 
 
 @pytest.fixture(scope="module")
-def done_grid(tmp_path_factory):
+def done_grid(tmp_path_factory, scheduler):
     """A finished grid whose files every refused run must leave as they are; run with the
-    DAMPTUNE_* seconds variables set empty: their defaults."""
+    DAMPTUNE_* seconds variables set empty: their defaults (on the session's cluster: a
+    LocalCluster of its own would only add its start)."""
     run_dir = str(tmp_path_factory.mktemp("bad") / "bad")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DAMPTUNE_LEASE_TTL", "")
         env.setenv("DAMPTUNE_SQLITE_TIMEOUT", "")
-        tune(run_dir=run_dir, **GOOD)
+        tune(**{**GOOD, "run_dir": run_dir, "cluster": scheduler})
     return run_dir
 
 
