@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -59,6 +60,8 @@ def test_interrupted_grid_resumes_to_the_clean_result(tmp_path, scheduler, clean
     marks = _marks(storage)
     waiting = {k for k, (state, _) in marks.items() if state == "RUNNING"}
     assert waiting and {k for k, (_, m) in marks.items() if m == INTERRUPTED} == waiting, marks
+    # the stop landed inside a trial that was training, which waits for the rerun
+    assert watcher.landed and watcher.trial in waiting, (watcher.trial, marks)
     monkeypatch.setenv("DAMPTUNE_CACHE", str(tmp_path / "another-machine"))
     tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
     assert trials_of(run_dir, "g") == clean  # same numbers, params, states and values
@@ -163,6 +166,20 @@ def _trial_0_leased_by(run_dir, owner, *, ttl):
     return study, trial, (leases, key)
 
 
+def _wait_for_lease_expiry(db, key, timeout=30.0):
+    """Wait (within ``timeout`` seconds) until the lease ``key`` in the SQLite database ``db``
+    (table damptune_leases, tasks/leases.py) has expired by the clock it was written with."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
+            [(expires,)] = conn.execute("SELECT expires FROM damptune_leases WHERE key = ?",
+                                        (key,)).fetchall()
+        if expires < time.time():
+            return
+        assert time.monotonic() < deadline, f"the lease {key} never expired ({expires})"
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("lease_left", [0.01, 30.0], ids=["expired", "unexpired"])
 def test_stale_running_trial_is_taken_over_under_its_number(tmp_path, scheduler, clean,
                                                             lease_left, monkeypatch):
@@ -179,8 +196,9 @@ def test_stale_running_trial_is_taken_over_under_its_number(tmp_path, scheduler,
     monkeypatch.setattr(tasks.driver.StudyDriver, "held_elsewhere",
                         lambda self: held.append(real_held(self)) or held[-1])
     run_dir = str(tmp_path / "s")
-    _trial_0_leased_by(run_dir, "dead-run", ttl=lease_left)  # asked by a run that then died
-    time.sleep(0.05)
+    _, _, (_, key) = _trial_0_leased_by(run_dir, "dead-run", ttl=lease_left)  # asked by a
+    if lease_left < 1:  # run that then died; the rerun starts once its lease has expired
+        _wait_for_lease_expiry(f"{run_dir}/optuna.db", key)
     tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
     assert trials_of(run_dir, "g") == clean
     assert any(held) == (lease_left > 1), held  # the rerun waited for the dead run's lease
@@ -440,6 +458,7 @@ def test_mlflow_outage_stops_the_grid_with_a_clear_error_then_rerun(tmp_path, sc
             tune(grid_name="g", run_dir=run_dir, cluster=scheduler, tracking_uri=uri, **GRID)
         assert "Nothing was lost" in str(failed.value)
         watcher.join()
+        assert watcher.landed, watcher.trial  # the server died while a trial trained
         before = trials_of(run_dir, "g")
         assert all(state != "FAIL" for trials in before.values() for _, state, _, _ in trials)
         server = _mlflow_server(root, port)  # back, on the same store

@@ -39,18 +39,24 @@ def test_workers_per_trial_trains_p_ranks_on_fewer_workers_to_the_same_values(
     assert [t[3] for t in one] == pytest.approx([t[3] for t in every], rel=1e-6)
 
 
-@pytest.mark.parametrize(("params", "expected"), [
-    (dict(cluster="local"), None),  # the cores shared by the trials at once
-    (dict(cluster="tcp://127.0.0.1:1"), 0),
-    (dict(cluster="local", mode="decentralized"), 0),
-    (dict(cluster="local", workers_per_trial=3), 3),
+@pytest.mark.parametrize(("params", "cores", "expected"), [
+    (dict(cluster="local"), 16, 8),  # the cores shared by the two cells that train at once
+    (dict(cluster="local"), 3, 1),
+    (dict(cluster="local"), 1, 1),  # never 0: at least one worker
+    (dict(cluster="local"), None, 1),  # os.cpu_count() could not tell
+    (dict(cluster="local", max_concurrent_cells=4), 16, 4),
+    (dict(cluster="local", max_concurrent_cells=2, max_concurrent_trials=2), 16, 4),
+    (dict(cluster="tcp://127.0.0.1:1"), 16, 0),
+    (dict(cluster="local", mode="decentralized"), 16, 0),
+    (dict(cluster="local", workers_per_trial=3), 16, 3),
 ])
-def test_workers_per_trial_default_follows_the_cluster(params, expected):
+def test_workers_per_trial_default_follows_the_cluster(params, cores, expected, monkeypatch):
+    """On a machine of ``cores`` cores (as ``os.cpu_count`` tells it)."""
     import os
 
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
     settings, _ = grid_of(params)
-    cores_each = max(1, (os.cpu_count() or 1) // 2)  # two cells at once by default
-    assert settings.workers_per_trial == (cores_each if expected is None else expected)
+    assert settings.workers_per_trial == expected
 
 
 @pytest.mark.parametrize(("params", "words"), [

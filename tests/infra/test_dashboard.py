@@ -5,10 +5,12 @@ interrupted."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import importlib.util
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from tasks.driver import DAMPTUNE_STATE, INTERRUPTED
 from tasks.leases import Leases
 
 STUDY = "g/n2/geodamp/mlp"
+LEASE_TTL_S = 1.0  # the dashboard's DAMPTUNE_LEASE_TTL: a trial older than that may be stale
 
 
 def _get(url: str) -> dict:
@@ -40,12 +43,29 @@ def _study_with_a_dead_trial(storage: str) -> None:
     Leases(storage, ttl=0.01).acquire(f"{STUDY}#{dead.number}", "dead-run")
 
 
+def _wait_until_stale(storage: str, *, ttl: float) -> None:
+    """Wait (within a deadline) until the dead run's trial is stale as the dashboard's start
+    judges it (:func:`tasks.driver.mark_stale`): its lease expired, and it started more than a
+    lease's TTL ago by the clock Optuna recorded its start with."""
+    study = optuna.load_study(study_name=STUDY, storage=storage)
+    [dead] = [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    started, deadline = dead.datetime_start, time.monotonic() + 60
+    assert started is not None
+    with contextlib.closing(sqlite3.connect(storage.removeprefix("sqlite:///"))) as conn:
+        [(expires,)] = conn.execute("SELECT expires FROM damptune_leases WHERE key = ?",
+                                    (f"{STUDY}#{dead.number}",)).fetchall()
+    while time.time() <= expires or (datetime.datetime.now() - started).total_seconds() <= ttl:
+        assert time.monotonic() < deadline, "the dead run's trial never read stale"
+        time.sleep(0.05)
+
+
 def _make_dashboard(storage: str, port: int, log: Path) -> subprocess.Popen:
     """`make dashboard` (its recipe as a user runs it; the venv is this Python's, already
     installed: no stamp), in its own session so that it is stopped by its PID's group."""
     args = ["make", "--no-print-directory", "dashboard", f"STORAGE={storage}",
             f"DASHBOARD_PORT={port}", f"BIN={Path(sys.executable).parent}", "DASHBOARD_STAMP="]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "DAMPTUNE_LEASE_TTL": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT),
+           "DAMPTUNE_LEASE_TTL": f"{LEASE_TTL_S:g}"}
     with open(log, "w") as out:
         return subprocess.Popen(args, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
@@ -70,7 +90,7 @@ def test_make_dashboard_serves_the_study_and_shows_a_dead_runs_trial_interrupted
         pytest.skip("optuna-dashboard is absent: pip install -e '.[dashboard]'")
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     _study_with_a_dead_trial(storage)
-    time.sleep(1.5)  # the trial started over a lease's TTL (1 s, DAMPTUNE_LEASE_TTL) ago
+    _wait_until_stale(storage, ttl=LEASE_TTL_S)
     port, log = free_port(), tmp_path / "dashboard.log"
     proc = _make_dashboard(storage, port, log)
     try:

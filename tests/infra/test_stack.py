@@ -9,7 +9,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -120,31 +119,64 @@ def test_stack_up_twice_reuses_running_services(stack):
 
 @pytest.mark.slow
 def test_a_server_that_answers_late_during_up_is_kept(stack, monkeypatch):
-    """The MLflow server's processes are stopped (SIGSTOP) for 5 s while ``up`` checks the
-    stack, as a server busy on a loaded machine is slow to answer: its first health check times
-    out (3 s), a later one passes, and ``up`` keeps it, same PID, instead of replacing it."""
+    """The MLflow server's processes are stopped (SIGSTOP) while ``up`` checks the stack, as a
+    server busy on a loaded machine is slow to answer: they go on (SIGCONT) only once a health
+    check has found the server not answering, so a later check passes, and ``up`` keeps it,
+    same PID, instead of replacing it."""
     import infra.stack
 
     checks, real_check = [], infra.stack._http_ok
+    pids = {row.name: row.pid for row in status(stack.run_dir)}
+    stopped = [pids["mlflow"]]  # its process group, while it is stopped
 
     def spy(url, expected, **kw):
         ok = real_check(url, expected, **kw)
         checks.append((url, ok))
+        if url == f"{stack.mlflow_uri}/health" and not ok and stopped:
+            os.killpg(stopped.pop(), signal.SIGCONT)  # seen down: it answers from now on
         return ok
 
-    pids = {row.name: row.pid for row in status(stack.run_dir)}
     monkeypatch.setattr(infra.stack, "_http_ok", spy)
     os.killpg(pids["mlflow"], signal.SIGSTOP)
-    resume = threading.Timer(5.0, os.killpg, (pids["mlflow"], signal.SIGCONT))
-    resume.start()
     try:
         again = up(stack.run_dir, prefect_port=stack.prefect_port, mlflow_port=stack.mlflow_port)
     finally:
-        resume.join()
+        if stopped:  # never seen down: let it go on all the same
+            os.killpg(stopped.pop(), signal.SIGCONT)
     mlflow_checks = [ok for url, ok in checks if url == f"{stack.mlflow_uri}/health"]
     assert mlflow_checks[0] is False and True in mlflow_checks, checks  # late, then answered
     assert again.started == () and set(again.reused) == set(SERVICES)
     assert {row.name: row.pid for row in status(stack.run_dir)} == pids
+
+
+def _listening(pid: int) -> set[tuple[str, int]]:
+    """The (address, port) on which the process ``pid`` or any of its descendants listens:
+    TCP sockets in LISTEN, and UDP sockets bound with no peer, IPv4 and IPv6."""
+    root = psutil.Process(pid)
+    out = set()
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            sockets = proc.net_connections(kind="inet")
+        except psutil.NoSuchProcess:  # a child that ended meanwhile listens on nothing
+            continue
+        out |= {(c.laddr.ip, c.laddr.port) for c in sockets if c.laddr and (
+            c.status == psutil.CONN_LISTEN or (c.type == socket.SOCK_DGRAM and not c.raddr))}
+    return out
+
+
+@pytest.mark.slow
+def test_every_stack_service_listens_on_127_0_0_1_only(stack):
+    """The promise that the stack's servers bind to 127.0.0.1: read from the kernel's sockets
+    of each service's processes (its PID file's process and its children), never from the
+    command line that asked for it. Each server listens on its port there, and no process of
+    the stack listens on any other address (0.0.0.0, ::, a network interface's)."""
+    listening = {row.name: _listening(row.pid) for row in status(stack.run_dir)}
+    assert set(listening) == set(SERVICES)
+    elsewhere = {name: sorted(a for a in found if a[0] != "127.0.0.1")
+                 for name, found in listening.items()}
+    assert not any(elsewhere.values()), elsewhere
+    assert ("127.0.0.1", stack.prefect_port) in listening["prefect-server"], listening
+    assert ("127.0.0.1", stack.mlflow_port) in listening["mlflow"], listening
 
 
 @pytest.mark.slow
