@@ -227,3 +227,30 @@ def _live_update(path):
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def mlflow_server(root, port):
+    """A real MLflow server on 127.0.0.1 (SQLite store in ``root``), answering /health; in a
+    session of its own, to be stopped by its process group's id."""
+    import contextlib
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    root.mkdir(exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
+         "--artifacts-destination", str(root / "artifacts")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the MLflow server exited"
+        with contextlib.suppress(OSError), urllib.request.urlopen(
+                f"http://127.0.0.1:{port}/health", timeout=2):
+            return proc
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("the MLflow server did not answer /health in 180 s")

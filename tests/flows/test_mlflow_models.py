@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from flows.tune import tune
 from models import MLP, load_dataset
 from tasks.trial_logger import EVALS_PER_EPOCH
-from tests.flows.test_resume import _mlflow_server
+from tests.flows.grids import mlflow_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -49,7 +49,7 @@ def test_registry_best_loads_and_predicts_as_the_best_trial(tmp_path, scheduler,
 
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
-    server = _mlflow_server(tmp_path / "mlflow", port)
+    server = mlflow_server(tmp_path / "mlflow", port)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # what a user of models:/ URIs sets
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")  # trials are short
     run_dir = str(tmp_path / "r")

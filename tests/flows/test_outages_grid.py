@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from flows.tune import tune
 from infra.stack import free_port
 from tasks.search import storage_for
-from tests.flows.grids import GRID, runs_per_trial, trials_of, while_a_trial_trains
+from tests.flows.grids import GRID, mlflow_server, runs_per_trial, trials_of, while_a_trial_trains
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -37,30 +36,6 @@ def _wait_for(ready, *, timeout, every=0.1):
             return True
         time.sleep(every)
     return bool(ready())
-
-
-def _mlflow_server(root, port):
-    """A real MLflow server on 127.0.0.1 (SQLite store in ``root``), answering /health; in a
-    session of its own, stopped by its process group's id."""
-    root.mkdir(exist_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
-         "--artifacts-destination", str(root / "artifacts")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
-
-    def healthy():
-        assert proc.poll() is None, "the MLflow server exited"
-        with contextlib.suppress(OSError), urllib.request.urlopen(
-                f"http://127.0.0.1:{port}/health", timeout=2):
-            return True
-        return False
-
-    if not _wait_for(healthy, timeout=180, every=0.5):
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError("the MLflow server did not answer /health in 180 s")
-    return proc
 
 
 def _given_up(port):
@@ -107,7 +82,7 @@ def test_an_mlflow_server_paused_mid_grid_is_ridden_out(tmp_path, scheduler, cle
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
     port, run_dir = free_port(), str(tmp_path / "r")
     uri = f"http://127.0.0.1:{port}"
-    server = _mlflow_server(tmp_path / "mlflow", port)
+    server = mlflow_server(tmp_path / "mlflow", port)
     paused = []
 
     def pause():

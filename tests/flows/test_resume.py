@@ -24,7 +24,13 @@ from tasks.grid import Cell, GridSettings
 from tasks.leases import Leases
 from tasks.report import GridIncomplete
 from tasks.search import open_study, sampler_for
-from tests.flows.grids import GRID, after_first_finished_trial, runs_per_trial, trials_of
+from tests.flows.grids import (
+    GRID,
+    after_first_finished_trial,
+    mlflow_server,
+    runs_per_trial,
+    trials_of,
+)
 from tests.flows.test_prefect_server import _server_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
@@ -408,29 +414,6 @@ def test_sigkill_of_the_flow_process_then_rerun(tmp_path, clean, prefect_harness
     assert all(r["n_interrupted"] == 0 and r["n_failed"] == 0 for r in rows)
 
 
-def _mlflow_server(root, port):
-    """A real MLflow server on 127.0.0.1 (SQLite backend in ``root``), answering /health."""
-    import urllib.request
-
-    root.mkdir(exist_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
-         "--artifacts-destination", str(root / "artifacts")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return proc
-        except OSError:
-            assert proc.poll() is None, "the MLflow server exited"
-            time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise AssertionError("the MLflow server did not answer /health")
-
-
 def test_mlflow_outage_stops_the_grid_with_a_clear_error_then_rerun(tmp_path, scheduler,
                                                                      clean, monkeypatch):
     """MLflow's server dies mid-grid (SIGKILL): the trials in flight stop *interrupted* once
@@ -447,7 +430,7 @@ def test_mlflow_outage_stops_the_grid_with_a_clear_error_then_rerun(tmp_path, sc
 
     port, root = free_port(), tmp_path / "mlflow"
     uri = f"http://127.0.0.1:{port}"
-    server = _mlflow_server(root, port)
+    server = mlflow_server(root, port)
     run_dir = str(tmp_path / "r")
     storage = f"sqlite:///{run_dir}/optuna.db"
 
@@ -461,7 +444,7 @@ def test_mlflow_outage_stops_the_grid_with_a_clear_error_then_rerun(tmp_path, sc
         assert watcher.landed, watcher.trial  # the server died while a trial trained
         before = trials_of(run_dir, "g")
         assert all(state != "FAIL" for trials in before.values() for _, state, _, _ in trials)
-        server = _mlflow_server(root, port)  # back, on the same store
+        server = mlflow_server(root, port)  # back, on the same store
         tune(grid_name="g", run_dir=run_dir, cluster=scheduler, tracking_uri=uri, **GRID)
         assert trials_of(run_dir, "g") == clean
         client = MlflowClient(uri)
