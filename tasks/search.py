@@ -378,6 +378,7 @@ class StorageUnavailable(StoreFault):
     """The Optuna storage stayed unreachable through the retries (a fault of the database,
     not of the input)."""
 
+
 def summarize(study: optuna.Study, cell: Cell) -> dict[str, Any]:
     """Best hyperparameters and value, the trial counts of one cell, and how many distinct
     values its finished trials have (to 6 significant digits): ``distinct_values`` 1 of
