@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 
 import optuna
@@ -247,69 +246,6 @@ def test_a_trial_another_run_finishes_while_this_one_waits_does_not_end_the_cell
     assert set(runs_per_trial(run_dir, "g")) == {
         ("n2/geodamp/mlp", "1"), ("n2/geodamp/mlp", "2"), ("n2/geodamp/mlp/validation", "0"),
         *(("n2/geodamp/mlp/selection", n) for n in selection)}
-
-
-def test_concurrent_runs_never_train_a_trial_twice(tmp_path, scheduler, monkeypatch):
-    """Spy (wraps the real tasks.trial.train) counting trainings per trial, and which run
-    (its lease owner) trained it, while two runs of the same grid start at once: both runs
-    end without error, both train trials, and no trial is trained twice.
-
-    The first training waits (up to 120 s, asserted not to time out) until both runs have
-    opened the cell's study, so that they overlap however late the second flow run begins: a
-    loaded CI machine began it 7.5 s after the first, which had trained all five trials by
-    then. (The later run waits for the trial it finds RUNNING, then both ask the rest.)"""
-    import tasks.driver
-    import tasks.trial
-
-    trained: dict[str, list[str]] = {}
-    real_train, real_driver = tasks.trial.train, tasks.driver.StudyDriver.__init__
-    lock = threading.Lock()
-    drivers: set[str] = set()
-    both_in, waits = threading.Event(), []
-
-    def driver_spy(self, *args, **kw):
-        real_driver(self, *args, **kw)
-        with lock:
-            drivers.add(self.owner)
-            if len(drivers) == 2:
-                both_in.set()
-
-    def spy(config, data, **kw):
-        with lock:
-            trained.setdefault(kw["checkpoint_path"], []).append(kw["should_stop"].__self__.owner)
-        if not both_in.is_set():
-            waits.append(both_in.wait(120))
-        return real_train(config, data, **kw)
-
-    monkeypatch.setattr(tasks.trial, "train", spy)
-    monkeypatch.setattr(tasks.driver.StudyDriver, "__init__", driver_spy)
-    run_dir = str(tmp_path / "c")
-    kw = {**GRID, "algorithms": ["geodamp"], "trials": 4}
-    outcomes: list[object] = []
-
-    def run():
-        try:
-            outcomes.append(tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **kw))
-        except BaseException as exc:  # noqa: BLE001 - checked below
-            outcomes.append(exc)
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(600)
-        assert not t.is_alive(), "a run did not finish"
-    assert len(outcomes) == 2 and all(isinstance(o, list) for o in outcomes), outcomes
-    # every trial of the grid (4 search trials, the selection's, the one held-out seed's)
-    n_trials = sum(len(t) for t in trials_of(run_dir, "g").values())
-    assert len(trained) == n_trials and all(len(owners) == 1 for owners in trained.values()), (
-        trained)
-    assert len({owners[0] for owners in trained.values()}) == 2, trained  # both runs trained
-    assert all(waits), waits  # a training that waited for both runs to be in saw them in
-    trials = trials_of(run_dir, "g")["n2/geodamp/mlp"]
-    assert [n for n, *_ in trials] == [0, 1, 2, 3]
-    assert {state for _, state, *_ in trials} <= {"COMPLETE", "PRUNED"}
-    assert set(runs_per_trial(run_dir, "g").values()) == {1}
 
 
 EVERY = 20  # updates between checkpoints of the flow-kill test: lost work is a count

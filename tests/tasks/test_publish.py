@@ -17,7 +17,7 @@ from tasks import tracking
 from tasks.figures import FIGURES
 from tasks.grid import GridSettings
 from tasks.publish import publish_report
-from tests.flows.test_resume import _mlflow_server
+from tests.flows.grids import mlflow_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -84,7 +84,7 @@ def test_a_figure_or_mlflow_failure_is_a_warning_and_keeps_the_rest(tmp_path, mo
 
 def test_with_an_mlflow_server_the_figures_are_images_it_serves(tmp_path):
     port = free_port()
-    server = _mlflow_server(tmp_path / "mlflow", port)
+    server = mlflow_server(tmp_path / "mlflow", port)
     try:
         uri = f"http://127.0.0.1:{port}"
         settings, client, run_id = setup(tmp_path, "srv", tracking_uri=uri)
