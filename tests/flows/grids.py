@@ -214,13 +214,13 @@ def _training(storage, run_dir):
     for name, t in _trials(storage):
         if (t.state == optuna.trial.TrialState.RUNNING
                 and t.user_attrs.get(DAMPTUNE_STATE) != INTERRUPTED
-                and _live_update(os.path.join(run_dir, "worklog", name.split("/", 1)[1],
+                and live_update(os.path.join(run_dir, "worklog", name.split("/", 1)[1],
                                               f"trial-{t.number}.live")) >= 1):
             return name, t.number
     return None
 
 
-def _live_update(path):
+def live_update(path):
     """The latest update in a trial's live work-log line; 0 if there is none yet."""
     try:
         with open(path) as f:
