@@ -1,8 +1,9 @@
 """The keyword names a cluster class accepts, for checking the cluster YAML files of infra/.
 
 A class's own signature is not enough: dask's cluster classes take ``**kwargs`` and pass them
-on, so :func:`keywords` follows them where they go (the next ``__init__`` of the class's MRO,
-dask-jobqueue's job class, LocalCluster's Nanny and Worker).
+on, so :func:`keywords` follows them where they go, with the product's own check
+(``tasks.cluster_yaml.accepted_keywords``: the next ``__init__`` of the class's MRO,
+dask-jobqueue's job class, LocalCluster's Nanny and Worker, a Worker's Server).
 
 The ``kubernetes`` and ``aws`` extras are not in ``dev``: dask-kubernetes pulls kopf, kr8s,
 kubernetes, kubernetes-asyncio, pykube-ng and rich, dask-cloudprovider[aws] aiobotocore and
@@ -20,10 +21,11 @@ from __future__ import annotations
 
 import ast
 import importlib
-import inspect
 import sys
 import zipfile
 from dataclasses import dataclass
+
+from tasks.cluster_yaml import accepted_keywords
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,6 @@ RECORDED = {
         kwargs_to="distributed.deploy.SpecCluster"),
 }
 
-_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
 def load(path: str) -> type:
     """The class at a dotted ``path`` (``package.module.Class``)."""
     module, _, name = path.rpartition(".")
@@ -67,32 +66,12 @@ def load(path: str) -> type:
 
 
 def keywords(cls: type) -> set[str]:
-    """The keyword names ``cls(...)`` accepts, following its ``**kwargs`` where they go."""
-    names: set[str] = set()
-    for klass in cls.__mro__[:-1]:  # object.__init__ takes none
-        init = vars(klass).get("__init__")
-        if init is None:
-            continue
-        params = list(inspect.signature(init).parameters.values())[1:]  # without self
-        names |= {p.name for p in params if p.kind in _NAMED}
-        rest = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
-        if rest is None:
-            return names
-        target = _kwargs_target(cls, rest)
-        if target is not None:
-            return names | keywords(target)
-    return names
-
-
-def _kwargs_target(cls: type, var_keyword: str) -> type | None:
-    """Where ``cls`` passes its ``**var_keyword``; None: to the next __init__ of its MRO."""
-    if var_keyword == "job_kwargs":  # dask-jobqueue's clusters: to their job class
-        return cls.job_cls  # type: ignore[attr-defined]
-    if var_keyword == "worker_kwargs":  # LocalCluster: to its Nanny; a Nanny: to its Worker
-        from distributed import Nanny, Worker
-
-        return Worker if issubclass(cls, Nanny) else Nanny
-    return None
+    """The keyword names ``cls(...)`` accepts, following its ``**kwargs`` where they go: the
+    product's own check (:func:`tasks.cluster_yaml.accepted_keywords`), which must be able to
+    tell for every class a shipped YAML names."""
+    accepted = accepted_keywords(cls, {})
+    assert accepted is not None, f"where {cls.__name__}'s **kwargs go cannot be told"
+    return accepted[0]
 
 
 def recorded_keywords(path: str) -> set[str]:
