@@ -13,7 +13,7 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 
 from damptune import DAMPERS, ConfigError, Param
 from damptune.config import cap_for
-from tasks import env
+from tasks.env import sqlite_timeout
 from tasks.grid import Cell, GridSettings
 from tasks.retries import retry
 from tasks.samplers import NoRepeatSampler, PrunedSeenSampler
@@ -22,7 +22,7 @@ from tasks.stores import StoreFault, check_sqlite
 
 __all__ = [
     "summarize",
-    "sqlite_timeout", "engine_kwargs_for",
+    "engine_kwargs_for",
     "storage_for", "study_name", "open_study", "distributions", "study_space", "FINISHED",
     "best_value", "best_trial", "reached_target", "TARGET_CONSTRAINT",
     "finished_in_grid", "finished_per_cell", "check_grid_data", "study_objective",
@@ -47,14 +47,9 @@ _STORAGES: dict[str, optuna.storages.BaseStorage] = {}
 _LOCK = threading.Lock()
 
 
-def sqlite_timeout() -> float:
-    """Seconds SQLite waits for a lock: ``$DAMPTUNE_SQLITE_TIMEOUT``, default 60."""
-    return env.sqlite_timeout()  # checked at the flow's door: tasks.env
-
-
 def engine_kwargs_for(url: str) -> dict[str, Any]:
     """The SQLAlchemy engine's arguments of the grid's storage at ``url``: SQLite's lock wait
-    (:func:`sqlite_timeout`); none for another database."""
+    (:func:`tasks.env.sqlite_timeout`); none for another database."""
     return {"connect_args": {"timeout": sqlite_timeout()}} if url.startswith("sqlite") else {}
 
 
