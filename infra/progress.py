@@ -28,6 +28,7 @@ from rich.progress import (
 
 from tasks.grid import Cell
 from tasks.progress import GridProgress, finished_per_cell
+from tasks.sqlite import sqlite_file
 
 __all__ = ["GridWatch", "expected_cells"]
 
@@ -120,9 +121,9 @@ def _made(storage: str) -> bool:
     through a read-only connection. Opened through Optuna while the flow was making it (the
     file exists, its tables not yet), the look made the tables too, and the flow's own
     making failed ("table studies already exists")."""
-    if not storage.startswith("sqlite:///"):
+    path = sqlite_file(storage)
+    if path is None:
         return True
-    path = Path(storage.removeprefix("sqlite:///"))
     if not path.is_file():
         return False
     try:
