@@ -290,7 +290,7 @@ def test_sigkill_of_the_prefect_worker_then_rerun(tmp_path, deployed, clean):
     assert all(t[1] in ("COMPLETE", "PRUNED") for ts in got.values() for t in ts), got
     assert got == clean
     trial_keys = _trial_keys(deployed.stack.mlflow_uri, "damptune-g")
-    # every trial of the clean run's grid (GRID: search, selection, a held-out seed), once each
+    # every trial of the clean run's grid (GRID: its search), once each
     n_trials = sum(len(trials) for trials in clean.values())
     assert len(trial_keys) == n_trials and len(set(trial_keys)) == n_trials, trial_keys
 
@@ -363,10 +363,10 @@ def test_a_flow_run_whose_machine_died_is_crashed_by_heartbeat_then_rerun(tmp_pa
     assert flow_run["state"]["type"] == "COMPLETED", _flow_run_logs(api, second)
     cell = "n2/geodamp/mlp"
     got = trials_of(str(run_dir), "g")
-    assert sorted(got) == [cell, f"{cell}/selection", f"{cell}/validation"], got
+    assert sorted(got) == [cell], got
     assert got == {k: v for k, v in clean.items() if k.startswith(cell)}
-    # one MLflow run per trial (3 search trials, the selection's, a held-out seed), the trial
-    # that trained at the death continued in its own run
+    # one MLflow run per trial (its 3 search trials), the trial that trained at the death
+    # continued in its own run
     runs = runs_per_trial(run_dir, "g")  # (cell, trial number) -> its MLflow runs
     assert len(runs) == sum(len(t) for t in got.values()) and set(runs.values()) == {1}, runs
 

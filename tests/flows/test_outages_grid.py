@@ -178,7 +178,7 @@ def test_two_damptune_tune_processes_on_one_grid_train_each_trial_once(tmp_path,
     run_dir = tmp_path / "two"
     args = [sys.executable, "-m", "damptune", "tune", "--networks", "2", "--algorithms",
             "geodamp,padadamp", "--models", "mlp", "--trials", "3", "--epochs", "3",
-            "--target", "0.45", "--validation-seeds", "1", "--checkpoint-seconds", "0.5",
+            "--target", "0.45", "--validation-seeds", "0", "--checkpoint-seconds", "0.5",
             "--grid-name", "g", "--run-dir", str(run_dir), "--cluster", scheduler,
             "--no-progress"]
     env = {**os.environ, "PREFECT_API_URL": prefect_harness}

@@ -25,6 +25,7 @@ from tasks.report import GridIncomplete
 from tasks.search import open_study, sampler_for
 from tests.flows.grids import (
     GRID,
+    HELD_OUT,
     after_first_finished_trial,
     mlflow_server,
     runs_per_trial,
@@ -84,7 +85,9 @@ def test_a_stop_starts_no_more_cells_then_a_rerun_equals_the_clean_run(tmp_path,
     other cell starts. Their studies and MLflow runs are not created: each used to open, ask a
     trial 0 that trained nothing and leave it RUNNING (a search cell), or open an empty
     validation study. The grid ends interrupted (exit status 75) and names the cells not
-    started; a rerun runs them and ends equal to the clean run."""
+    started; a rerun runs them and ends equal to the clean run. The grid has its held-out
+    stages (``HELD_OUT``: a selection and a held-out seed per cell), which the clean run
+    lacks: its search cells equal the clean run's, and each held-out trial trains once."""
     import tasks.cell
 
     real_log = tasks.cell._log
@@ -96,7 +99,8 @@ def test_a_stop_starts_no_more_cells_then_a_rerun_equals_the_clean_run(tmp_path,
     monkeypatch.setattr(tasks.cell, "_log", log_then_stop)
     run_dir = str(tmp_path / "o")
     with pytest.raises(GridIncomplete, match="5 cell.s. not started") as stopped:
-        tune(grid_name="g", run_dir=run_dir, cluster=scheduler, max_concurrent_cells=1, **GRID)
+        tune(grid_name="g", run_dir=run_dir, cluster=scheduler, max_concurrent_cells=1,
+             **HELD_OUT)
     monkeypatch.setattr(tasks.cell, "_log", real_log)
     interrupt.clear()
     assert stopped.value.exit_code == 75 and not stopped.value.failures
@@ -111,9 +115,14 @@ def test_a_stop_starts_no_more_cells_then_a_rerun_equals_the_clean_run(tmp_path,
     exp = client.get_experiment_by_name("damptune-g")
     cell_runs = client.search_runs([exp.experiment_id], "tags.`damptune.kind` = 'cell'")
     assert [r.data.tags["damptune.cell"] for r in cell_runs] == ["n2/geodamp/mlp"]
-    tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **GRID)
-    assert trials_of(run_dir, "g") == clean
-    assert set(runs_per_trial(run_dir, "g").values()) == {1}
+    tune(grid_name="g", run_dir=run_dir, cluster=scheduler, **HELD_OUT)
+    after = trials_of(run_dir, "g")
+    assert {k: v for k, v in after.items() if k in clean} == clean
+    held_out = {k: v for k, v in after.items() if k not in clean}
+    assert sorted(held_out) == sorted(stopped.value.not_started[1:]), after
+    assert all(s == "COMPLETE" for t in held_out.values() for _, s, *_ in t), held_out
+    runs = runs_per_trial(run_dir, "g")
+    assert set(runs.values()) == {1} and len(runs) == sum(len(t) for t in after.values()), runs
 
 
 def test_cluster_lifetime_reached_stops_interrupted_then_a_rerun_equals_the_clean_run(
@@ -241,11 +250,8 @@ def test_a_trial_another_run_finishes_while_this_one_waits_does_not_end_the_cell
     assert [(n, s) for n, s, *_ in trials["n2/geodamp/mlp"]][0] == (0, "PRUNED"), trials
     assert [n for n, *_ in trials["n2/geodamp/mlp"]] == [0, 1, 2], trials
     assert {s for _, s, *_ in trials["n2/geodamp/mlp"]} <= {"COMPLETE", "PRUNED"}, trials
-    assert [s for _, s, *_ in trials["n2/geodamp/mlp/validation"]] == ["COMPLETE"], trials
-    selection = [str(n) for n, *_ in trials["n2/geodamp/mlp/selection"]]
-    assert set(runs_per_trial(run_dir, "g")) == {
-        ("n2/geodamp/mlp", "1"), ("n2/geodamp/mlp", "2"), ("n2/geodamp/mlp/validation", "0"),
-        *(("n2/geodamp/mlp/selection", n) for n in selection)}
+    assert set(runs_per_trial(run_dir, "g")) == {("n2/geodamp/mlp", "1"),
+                                                  ("n2/geodamp/mlp", "2")}
 
 
 EVERY = 20  # updates between checkpoints of the flow-kill test: lost work is a count
@@ -258,7 +264,7 @@ def _tune_process(run_dir, api_url):
     checkpoints (mid-grid, with work done and work left)."""
     args = [sys.executable, "-m", "damptune", "tune", "--networks", "2", "--algorithms",
             "geodamp,padadamp", "--models", "mlp", "--trials", "3", "--epochs", "3",
-            "--target", "0.45", "--validation-seeds", "1", "--workers-per-trial", "0",
+            "--target", "0.45", "--validation-seeds", "0", "--workers-per-trial", "0",
             "--grid-name", "g", "--run-dir", str(run_dir),
             "--checkpoint-seconds", "3600", "--checkpoint-every", str(EVERY), "--no-progress"]
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
@@ -389,7 +395,7 @@ def test_mlflow_outage_stops_the_grid_with_a_clear_error_then_rerun(tmp_path, sc
                                   max_results=1000)
         keys = [(r.data.tags["damptune.cell"], r.data.tags["damptune.trial_number"])
                 for r in runs]
-        # every trial of the clean grid (search, selection, one held-out seed), once each
+        # every trial of the clean grid, once each
         n_trials = sum(len(t) for t in clean.values())
         assert len(keys) == n_trials and len(set(keys)) == n_trials
         assert {r.info.status for r in runs} == {"FINISHED"}
