@@ -31,7 +31,7 @@ PAPER = "decentralized-moderate"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from damptune.netmodel import DEFAULT_PROFILE, PROFILES
+    from damptune.netmodel import DEFAULT_PROFILE, REPLAY_PROFILES
     from tasks.grid import GridSettings, share_rows
     from tasks.headroom import headroom_rows
     from tasks.report import grid_rows
@@ -46,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     grid = GridSettings(grid_name=name, run_dir=run_dir,
                         checkpoint_root=meta.get("checkpoint_root") or "")
     cells = share_rows(grid_rows(storage, grid_name=name))
-    by_profile: dict[str, list[dict]] = {p: [] for p in PROFILES}
-    for row in headroom_rows(cells, grid=grid, storage=storage, profiles=tuple(PROFILES)):
+    by_profile: dict[str, list[dict]] = {p: [] for p in REPLAY_PROFILES}
+    for row in headroom_rows(cells, grid=grid, storage=storage,
+                             profiles=tuple(REPLAY_PROFILES)):
         by_profile[row["profile"]].append(row)  # each checkpoint read once for all profiles
     print(f"grid {name!r} in {run_dir}: ceiling 1/((1-phi)+phi/s) of a damped speedup")
     print(f"{'profile':<24}{'model':<6}{'n':>4}{'s':>8}{'phi':>7}{'ceiling':>9}")

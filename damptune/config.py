@@ -14,6 +14,7 @@ from damptune.devices import BACKENDS, parse_device
 from damptune.errors import ConfigError
 from damptune.imports import import_path, resolve
 from damptune.netmodel import DEFAULT_PROFILE, CostModel, get_profile
+from damptune.tolerance import parse_sync
 from damptune.validate import (
     choice,
     non_negative_float,
@@ -128,6 +129,9 @@ class TrainConfig:
     # orchestration overhead per update, fixed and per rank, in seconds (None: the profile's)
     overhead: float | None = None
     overhead_per_rank: float | None = None
+    # how an update tolerates the profile's stragglers (damptune.tolerance): "sync" waits for
+    # every rank; "backup:B" drops the B slowest ranks' gradients
+    sync: str = "sync"
     timeout: float = 120.0  # seconds any remote wait may take
 
     def to_dict(self) -> dict[str, Any]:
@@ -194,6 +198,7 @@ class TrainConfig:
             )
         parse_device(self.device)
         get_profile(self.profile)
+        parse_sync(self.sync)
         for name in ("compute_per_example", "compute_fixed", "compute_forward_per_example",
                      "compute_forward_fixed", "compute_norm", "overhead", "overhead_per_rank"):
             if getattr(self, name) is not None:
@@ -238,7 +243,8 @@ def training_digest(config: TrainConfig) -> str:
     are at least the run's :func:`least_cap`. The data is not in it (nor ``n_train``, set from
     the data); the compute calibration is, so it must be resolved first."""
     fields = {k: v for k, v in dataclasses.asdict(config).items()
-              if k not in SIZE_FIELDS and k != "n_train"}
+              if k not in SIZE_FIELDS and k != "n_train"
+              and not (k == "sync" and v == "sync")}  # the digests of runs before ``sync``
     text = json.dumps(fields, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

@@ -84,12 +84,14 @@ from pathlib import Path
 from typing import Any
 
 from damptune.errors import ConfigError
+from damptune.stragglers import AWS_5PCT, Stragglers
 
 __all__ = [
     "Network",
     "PAPER_OVERHEAD_MS",
     "PAPER_OVERHEAD_PER_RANK_MS",
     "PROFILES",
+    "REPLAY_PROFILES",
     "DEFAULT_PROFILE",
     "ENGINE_OVERHEAD_MS",
     "get_profile",
@@ -127,6 +129,8 @@ class Network:
     algorithm: str = "ring"
     overhead_ms: float = 0.0  # per update, whatever the ranks
     overhead_per_rank_ms: float = 0.0  # per update and rank
+    # how each rank's compute varies per update (damptune.stragglers); None: it never does
+    stragglers: Stragglers | None = None
 
     def __post_init__(self) -> None:
         for field_name in ("bandwidth_gbps", "latency_us", "overhead_ms",
@@ -191,7 +195,16 @@ PROFILES: dict[str, Network] = {
 # RDMA-class cluster fabric; cloud TCP is 25-50 µs), gloo's ring all-reduce, and the engine's
 # measured overhead instead of the paper's Dask host. The grid's default.
 PROFILES["ddp-100g"] = Network("ddp-100g", 100.0, 10.0, overhead_ms=ENGINE_OVERHEAD_MS)
+# ddp-100g's links and overhead, with AWS's stragglers (damptune.stragglers): a rank is slowed
+# 2-3x on 5 % of its updates. Only the stragglers differ from ddp-100g, so the two compare them.
+PROFILES["aws-5pct"] = dataclasses.replace(PROFILES["ddp-100g"], name="aws-5pct",
+                                           stragglers=AWS_5PCT)
 DEFAULT_PROFILE = "ddp-100g"
+# the named profiles another run's history replays on: a straggler profile's time depends on
+# the draws of the run itself (its seed and ``sync``, which choose its gradients), so only a
+# run trained on it has that time (its records' ``straggle``)
+REPLAY_PROFILES: dict[str, Network] = {
+    name: net for name, net in PROFILES.items() if net.stragglers is None}
 _CUSTOM = "'custom:GBPS:LATENCY_US[:ring|tree|centralized[:OVERHEAD_MS[:PER_RANK_MS]]]'"
 
 
@@ -271,10 +284,13 @@ class CostModel:
                 + self.overhead_seconds(n_ranks))
 
     def update_seconds(self, *, batch_size: int, n_ranks: int, damper_examples: int = 0,
-                       norm: bool = False) -> float:
+                       norm: bool = False, straggle: float = 1.0) -> float:
         """One update; with the damper's loss pass over ``damper_examples`` before it, and
-        its gradient norm (``norm``), when the damper does that work."""
-        return (self.compute_seconds(batch_size, n_ranks) + self.comm_seconds(n_ranks)
+        its gradient norm (``norm``), when the damper does that work. ``straggle``: the
+        straggler factor of the rank the update waited for (its compute takes that times a
+        share's; :mod:`damptune.stragglers`)."""
+        return (self.compute_seconds(batch_size, n_ranks) * straggle
+                + self.comm_seconds(n_ranks)
                 + self.overhead_seconds(n_ranks)
                 + self.damper_seconds(damper_examples, n_ranks)
                 + (self.compute_norm if norm else 0.0))
@@ -334,7 +350,7 @@ def simulated_times(history: Iterable[dict[str, Any]], cost: CostModel, *,
             total += cost.update_seconds(batch_size=int(record["batch_size"]),
                                          n_ranks=int(record["n_workers"]),
                                          damper_examples=int(record.get("damper_examples", 0)),
-                                         norm=norm)
+                                         norm=norm, straggle=float(record.get("straggle", 1.0)))
         out.append(total)
     return out
 

@@ -55,6 +55,9 @@ class UpdateRecord(_Base):
     time_sim: float  # simulated seconds so far (network profile)
     damper_examples: int = 0  # examples of the damper's own loss pass before this update
     time_damper: float = 0.0  # measured seconds of that pass (included in time_update)
+    # the straggler factor of the rank this update waited for (damptune.stragglers; 1: none)
+    straggle: float = 1.0
+    examples_dropped: int = 0  # of batch_size, in the gradients dropped (sync "backup:B")
 
 
 @dataclass(frozen=True)

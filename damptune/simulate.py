@@ -16,7 +16,7 @@ from typing import Any
 
 from damptune.errors import ConfigError
 from damptune.netmodel import (
-    PROFILES,
+    REPLAY_PROFILES,
     CostModel,
     Network,
     get_profile,
@@ -52,15 +52,21 @@ def add_parser(sub: Any) -> None:
                    help="orchestration ms per update and rank (default: the run's, else the "
                    "profile's: 3.3 for the named ones)")
     s.add_argument("--profile", default="decentralized-moderate",
-                   help=f"comma-separated names from {sorted(PROFILES)}, 'all', or "
+                   help=f"comma-separated names from {sorted(REPLAY_PROFILES)}, 'all', or "
                    "'custom:GBPS:LATENCY_US[:ring|tree|centralized]'")
     s.add_argument("--json", action="store_true", help="one JSON object per profile")
     s.add_argument("--plot", metavar="FILE.png", help="draw the comparison of profiles")
 
 
 def _profiles(text: str) -> list[Network]:
-    names = sorted(PROFILES) if text == "all" else [p.strip() for p in text.split(",")]
-    return [get_profile(n) for n in names]
+    names = sorted(REPLAY_PROFILES) if text == "all" else [p.strip() for p in text.split(",")]
+    networks = [get_profile(n) for n in names]
+    for net in networks:
+        if net.stragglers is not None:
+            raise ConfigError("--profile", net.name, f"one of {sorted(REPLAY_PROFILES)} or "
+                              "custom:...: a straggler profile's time depends on the draws of "
+                              "a run trained on it (train with that profile instead)")
+    return networks
 
 
 def _positive(name: str, value: float | None, required: bool = True) -> float:

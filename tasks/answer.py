@@ -14,7 +14,7 @@ from typing import Any
 from damptune import TrainConfig
 from damptune.dampers import DAMPERS
 from damptune.netmodel import (
-    PROFILES,
+    REPLAY_PROFILES,
     CostModel,
     Network,
     simulated_times,
@@ -110,7 +110,7 @@ def profile_costs(config: TrainConfig, n_params: int, *,
     cost = config.cost_model(n_params)
     return {name: cost.with_network(network.with_overhead(_ms(config.overhead),
                                                           _ms(config.overhead_per_rank)))
-            for name, network in (profiles or PROFILES).items()}
+            for name, network in (profiles or REPLAY_PROFILES).items()}
 
 
 def replay_on_profiles(ckpt: dict[str, Any], *, target: float, objective: str = "target",

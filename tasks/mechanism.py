@@ -98,10 +98,10 @@ def _seconds_by_profile(updates: list[dict[str, Any]], costs: dict[str, CostMode
     """The simulated seconds of ``updates`` (update records) on each cost model: the sum of
     :meth:`~damptune.netmodel.CostModel.update_seconds` over them, as
     :func:`~damptune.netmodel.simulated_times` adds it, called once per distinct (batch,
-    ranks, damper pass) and weighted by how many updates had it."""
-    kinds = Counter((int(r["batch_size"]), int(r["n_workers"]), int(r.get("damper_examples", 0)))
-                    for r in updates)
+    ranks, damper pass, straggler factor waited for) and weighted by how many updates had it."""
+    kinds = Counter((int(r["batch_size"]), int(r["n_workers"]), int(r.get("damper_examples", 0)),
+                     float(r.get("straggle", 1.0))) for r in updates)
     return {name: sum(count * cost.update_seconds(batch_size=b, n_ranks=p, damper_examples=e,
-                                                  norm=norm)
-                      for (b, p, e), count in kinds.items())
+                                                  norm=norm, straggle=f)
+                      for (b, p, e, f), count in kinds.items())
             for name, cost in costs.items()}

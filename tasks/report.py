@@ -13,7 +13,7 @@ import optuna
 
 from damptune import ConfigError, DamptuneError
 from damptune.checkpoint import load_checkpoint
-from damptune.netmodel import PROFILES
+from damptune.netmodel import REPLAY_PROFILES
 from tasks.answer import (
     BASELINE,
     RANK_COLUMNS,
@@ -223,7 +223,7 @@ def build_report(rows: list[dict[str, Any]], *, run_dir: str, checkpoint_root: s
     answer = (answer_rows(share_rows(validation_rows(storage, grid_name=grid_name)),
                           baseline=BASELINE) if storage and grid_name else [])
     grid = GridSettings(grid_name=grid_name, run_dir=run_dir, checkpoint_root=checkpoint_root)
-    headroom = (headroom_rows(cells, grid=grid, profiles=(None, *PROFILES))
+    headroom = (headroom_rows(cells, grid=grid, profiles=(None, *REPLAY_PROFILES))
                 if storage and grid_name else [])
     return {"ranking": rank_cells(cells), "curves": curves, "profiles": profiles,
             "answer": answer, "headroom": headroom,

@@ -10,7 +10,7 @@ import matplotlib.image
 import pytest
 
 from damptune import TrainConfig
-from damptune.netmodel import PROFILES, time_to_target
+from damptune.netmodel import REPLAY_PROFILES, time_to_target
 from tasks.answer import answer_markdown, mechanism_sentence, profile_costs
 from tasks.figures import MECHANISM_FIGURE, draw_figures, speedup_vs_ratio
 from tasks.mechanism import MECHANISM_ATTR, compute_comm_ratio, mechanism
@@ -53,12 +53,12 @@ def test_the_mechanism_counts_updates_epochs_and_the_time_on_every_profile_to_th
     assert m["epochs"] == pytest.approx(seen / N_TRAIN)
     assert m["mean_batch"] == pytest.approx(seen / 20)
     assert m["max_ranks"] == math.ceil((32 + 8 * 40) / 64)  # the run's, past the target
-    assert m["profile"] == "ddp-100g" and set(m["profiles"]) == set(PROFILES)
+    assert m["profile"] == "ddp-100g" and set(m["profiles"]) == set(REPLAY_PROFILES)
     # the same seconds as the cost model's own replay of the history, on every profile
     for name, cost in profile_costs(config, N_PARAMS).items():
         replay = time_to_target(history, cost, target=0.85, norm=True)
         assert m["profiles"][name] == pytest.approx(replay.simulated_seconds, rel=1e-12)
-    assert len(set(m["profiles"].values())) == len(PROFILES)  # the profiles differ
+    assert len(set(m["profiles"].values())) == len(REPLAY_PROFILES)  # the profiles differ
     cost = profile_costs(config, N_PARAMS)["centralized"]
     assert m["compute_comm"]["centralized"] == pytest.approx(
         (1e-4 + 64 * 2e-5) / (2 * 4 * (0.05e-6 + 4 * N_PARAMS / (54e9 / 8))))
@@ -72,7 +72,7 @@ def test_a_run_that_missed_the_target_has_no_counts_to_it_and_its_whole_mean_bat
     assert (m["updates"], m["epochs"], m["examples"]) == (None, None, None)
     assert m["mean_batch"] == pytest.approx(sum(32 + 8 * k for k in range(1, 41)) / 40)
     # every named profile and the run's own, none reached
-    assert m["profiles"] == dict.fromkeys([*PROFILES, "custom:10:5"])
+    assert m["profiles"] == dict.fromkeys([*REPLAY_PROFILES, "custom:10:5"])
     assert mechanism([], target=0.5, config=_config(), n_params=1)["mean_batch"] is None
 
 
