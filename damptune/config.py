@@ -198,7 +198,10 @@ class TrainConfig:
             )
         parse_device(self.device)
         get_profile(self.profile)
-        parse_sync(self.sync)
+        if parse_sync(self.sync).kind == "ssp" and self.mode == "decentralized":
+            raise ConfigError("sync", self.sync, "sync or backup:B with mode decentralized; "
+                              "ssp:S runs in the parameter-server mode (mode centralized, or "
+                              "local: its single-process reference)")
         for name in ("compute_per_example", "compute_fixed", "compute_forward_per_example",
                      "compute_forward_fixed", "compute_norm", "overhead", "overhead_per_rank"):
             if getattr(self, name) is not None:

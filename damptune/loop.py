@@ -33,13 +33,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from damptune.arrivals import arrived, gradient, keep_version
 from damptune.config import n_workers_for
 from damptune.dampers import Progress, Step
-from damptune.netmodel import CostModel, get_profile
+from damptune.netmodel import CostModel
 from damptune.records import EvalRecord, Record, UpdateRecord
 from damptune.sampler import split_shares
 from damptune.state import TrainData, TrainState
-from damptune.tolerance import arrival, parse_sync
 
 __all__ = ["Ops", "LocalOps", "StepHere", "advance", "optimizer_step", "shard_forward",
            "shard_evaluate", "evaluate_all", "Emit", "TARGET", "MAX_TIME_SIM"]
@@ -270,11 +270,14 @@ def apply_update(state: TrainState, ops: Ops, step: Step, *, n_ranks: int, cost:
     global batch); records and emits it; returns the ranks' flag."""
     t0 = time.perf_counter()
     indices = state.sampler.take(step.batch_size)
-    shares, straggle = arrived_shares(state, split_shares(indices, n_ranks))
-    used = sum(len(share) for share in shares)  # the examples whose gradients arrived
-    loss_sum, t_compute, t_comm, flag = ops.gradient(shares)
+    if not state.weight_versions:
+        keep_version(state)  # ssp: the weights the first updates' gradients may be stale on
+    got = arrived(state, split_shares(indices, n_ranks), cost, step.batch_size)
+    used = sum(len(share) for share in got.shares)  # the examples whose gradients arrived
+    loss_sum, t_compute, t_comm, flag = gradient(state, ops, got)
     loss_sum, grad_sq, flag, t_sync = ops.step(state.optimizer, lr=step.lr, batch_size=used,
                                                loss_sum=loss_sum, flag=flag)
+    keep_version(state)
     t_comm += t_sync
     damper_examples, t_damper = state.pending_damper_examples, state.pending_damper_seconds
     t_update = time.perf_counter() - t0 + t_damper
@@ -289,37 +292,19 @@ def apply_update(state: TrainState, ops: Ops, step: Step, *, n_ranks: int, cost:
     state.time_elapsed += t_update
     state.time_sim += cost.update_seconds(batch_size=step.batch_size, n_ranks=n_ranks,
                                           damper_examples=damper_examples,
-                                          norm=state.damper.uses_grad_norm, straggle=straggle)
+                                          norm=state.damper.uses_grad_norm, straggle=got.straggle)
     record = UpdateRecord(
         update=state.update, epoch=state.epoch, examples_seen=state.examples_seen,
         batch_size=step.batch_size, lr=step.lr, damping=step.damping, n_workers=n_ranks,
         loss=state.last_loss, grad_sq_norm=grad_sq, time_compute=t_compute,
         time_comm=t_comm, time_update=t_update, time_elapsed=state.time_elapsed,
         time_sim=state.time_sim, damper_examples=damper_examples, time_damper=t_damper,
-        straggle=straggle, examples_dropped=step.batch_size - used,
+        straggle=got.straggle, examples_dropped=step.batch_size - used,
+        staleness=got.staleness,
     )
     state.history.append(record.as_dict())
     emit(record)
     return flag
-
-
-def arrived_shares(state: TrainState, shares: list[np.ndarray]
-                   ) -> tuple[list[np.ndarray], float]:
-    """The shares whose gradients enter this update (a dropped one left empty: its rank adds
-    nothing) and the straggler factor the update waited for: the profile's draws for this
-    update (:mod:`damptune.stragglers`) under the config's ``sync`` (:mod:`damptune.tolerance`).
-    Every rank computes the same answer: the draws depend on the seed and the update only."""
-    cfg = state.config
-    stragglers = get_profile(cfg.profile).stragglers
-    tolerance = parse_sync(cfg.sync)
-    if stragglers is None and tolerance.backup == 0:
-        return shares, 1.0
-    factors = (stragglers.factors(cfg.seed, state.update, len(shares)) if stragglers
-               else np.ones(len(shares)))
-    got = arrival(tolerance, factors)
-    if got.kept.all() or not any(len(s) for s, k in zip(shares, got.kept, strict=True) if k):
-        return shares, got.straggle  # (every kept share empty: a batch below P; keep all)
-    return [s if kept else s[:0] for s, kept in zip(shares, got.kept, strict=True)], got.straggle
 
 
 def _boundary(state: TrainState, ops: Ops, *, flag: int, n_ranks: int, emit: Emit,

@@ -58,6 +58,9 @@ class UpdateRecord(_Base):
     # the straggler factor of the rank this update waited for (damptune.stragglers; 1: none)
     straggle: float = 1.0
     examples_dropped: int = 0  # of batch_size, in the gradients dropped (sync "backup:B")
+    # per rank, the updates its gradient's weights were behind the newest (sync "ssp:S"; ()
+    # when every gradient was fresh)
+    staleness: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

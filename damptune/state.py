@@ -17,6 +17,7 @@ from damptune.dampers import Damper, Step
 from damptune.devices import this_process_device
 from damptune.errors import CheckpointError
 from damptune.sampler import EpochSampler
+from damptune.tolerance import SspClock
 
 __all__ = ["TrainData", "TrainState", "build_model", "resolve_device", "CHECKPOINT_FORMAT",
            "GLOBAL_RNG_LOCK"]
@@ -111,6 +112,10 @@ class TrainState:
         self.interrupted = False  # stopped to be continued (SIGTERM, lifetime), not failed
         self.checkpoint_clock = time.monotonic()  # when the last checkpoint was written
         self.preempted = False  # one of the run's workers got a preemption notice: checkpoint
+        # sync "ssp:S" (damptune.tolerance): the simulated clocks, and the last S + 1 weight
+        # versions (flat, the newest last) that stale gradients are computed on
+        self.ssp_clock = SspClock()
+        self.weight_versions: list[torch.Tensor] = []
 
     @property
     def epoch(self) -> float:
@@ -158,6 +163,9 @@ class TrainState:
                 "python": list(random.getstate()[1]),
             },
             "history": [dict(r) for r in self.history],
+            **({"ssp": {**self.ssp_clock.state_dict(),
+                        "versions": [v.detach().cpu().clone() for v in self.weight_versions]}}
+               if self.weight_versions else {}),
         }
 
     def restore(self, ckpt: dict[str, Any]) -> None:
@@ -187,6 +195,11 @@ class TrainState:
         random.setstate((state[0], tuple(ckpt["rng"]["python"]), state[2]))
         if "history" in ckpt:  # ranks get checkpoints without it; the driver keeps it
             self.history = [dict(r) for r in ckpt["history"]]
+        ssp = ckpt.get("ssp")
+        if ssp is not None:
+            self.ssp_clock = SspClock(list(ssp["finish"]), list(ssp["applied"]))
+            device = next(self.model.parameters()).device
+            self.weight_versions = [v.to(device) for v in ssp["versions"]]
 
 
 def check_compatible(config: TrainConfig, ckpt: dict[str, Any]) -> None:

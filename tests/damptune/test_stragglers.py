@@ -1,6 +1,7 @@
 """Stragglers in the engine: seeded per-rank draws, a synchronous update waits for its slowest
-rank, and ``backup:B`` drops the B slowest ranks' gradients in the real update math (every
-mode, resumed bit for bit)."""
+rank, ``backup:B`` drops the B slowest ranks' gradients (every mode) and ``ssp:S`` computes
+gradients on weights up to S updates stale (the parameter-server mode and its single-process
+reference), in the real update math, resumed bit for bit."""
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from damptune import ConfigError, TrainData, train
 from damptune.netmodel import get_profile
 from damptune.stragglers import AWS_5PCT, Stragglers
-from damptune.tolerance import parse_sync
+from damptune.tolerance import SspClock, parse_sync
 
 from .test_checkpoint import assert_same_run, deterministic
 from .test_modes import config
@@ -66,11 +67,12 @@ def test_a_synchronous_update_waits_for_its_slowest_draw(blobs):
     assert stormy.time_sim - calm.time_sim == pytest.approx(waited, rel=1e-9) and waited > 0
 
 
-@pytest.mark.parametrize("mode", ["local", "centralized", "decentralized"])
-def test_backup_0_is_sync_bit_for_bit(blobs, scheduler, mode):
+@pytest.mark.parametrize(("mode", "zero"), [
+    ("local", "backup:0"), ("centralized", "backup:0"), ("decentralized", "backup:0"),
+    ("local", "ssp:0"), ("centralized", "ssp:0")])
+def test_no_tolerance_is_sync_bit_for_bit(blobs, scheduler, mode, zero):
     sync = _run(blobs, mode, scheduler, profile="aws-5pct", sync="sync")
-    backup = _run(blobs, mode, scheduler, profile="aws-5pct", sync="backup:0")
-    assert_same_run(sync, backup)
+    assert_same_run(sync, _run(blobs, mode, scheduler, profile="aws-5pct", sync=zero))
 
 
 @pytest.mark.parametrize("mode", ["local", "centralized", "decentralized"])
@@ -106,7 +108,78 @@ def test_a_backup_run_resumes_bit_identical(blobs, scheduler, tmp_path, mode):
     assert_same_run(whole, resumed)
 
 
-@pytest.mark.parametrize("sync", ["backup", "backup:-1", "ssp", "async", 2])
+def _ssp_replay(ups, bound):
+    """Each update's compute seconds and ranks' staleness, from the draws, by the formulas of
+    damptune.tolerance written out over the whole history (not the engine's ring)."""
+    finish, applied, out = [], [0.0], []  # applied[t]: U(t), U(0) = 0
+    for r in ups:
+        t, n = r["update"], r["n_workers"]
+        factors = AWS_5PCT.factors(7, t - 1, n)
+        c = r["_compute"]
+        finish = finish[:n] + [applied[-1]] * (n - len(finish))
+        gate = applied[t - bound - 1] if t - bound - 1 >= 0 else 0.0
+        starts = [max(f, gate) for f in finish]
+        stale = [sum(1 for k in range(max(1, t - bound), t) if applied[k] > s) for s in starts]
+        finish = [s + c * f for s, f in zip(starts, factors, strict=True)]
+        applied.append(max(finish))
+        out.append((applied[-1] - applied[-2], tuple(stale) if any(stale) else ()))
+    return out
+
+
+def test_the_ssp_clock_lets_a_rank_ahead_absorb_its_own_straggle():
+    clock = SspClock()
+    steps = [clock.step(np.array(f, dtype=float), 1.0, 2)
+             for f in ([1, 1], [3, 1], [1, 1], [1, 1], [1, 2.5], [1, 1])]
+    # rank 0's straggle holds update 2 (3 s); rank 1 computes ahead on stale weights, and
+    # absorbs its own 2.5x straggle later: that update takes 1 s, not 2.5
+    assert [s for s, _ in steps] == [1.0, 3.0, 1.0, 1.0, 1.0, 1.0]
+    assert [a for _, a in steps] == [[0, 0], [0, 0], [0, 1], [0, 2], [0, 2], [0, 1]]
+    fresh = SspClock()
+    assert [fresh.step(np.ones(3), 0.5, 2) for _ in range(4)] == [(0.5, [0, 0, 0])] * 4
+
+
+@pytest.mark.parametrize("mode", ["local", "centralized"])
+def test_ssp_computes_gradients_on_stale_weights_as_the_draws_say(blobs, scheduler, mode):
+    state = _run(blobs, mode, scheduler, profile="aws-5pct", sync="ssp:2")
+    sync = _run(blobs, mode, scheduler, profile="aws-5pct", sync="sync")  # the same mode
+    reference = _run(blobs, "local", profile="aws-5pct", sync="ssp:2")
+    cost = state.config.cost_model(state.n_params)
+    ups = [{**r, "_compute": cost.compute_seconds(r["batch_size"], r["n_workers"])}
+           for r in _updates(state)]
+    replay = _ssp_replay(ups, 2)
+    assert [r["staleness"] for r in ups] == [stale for _, stale in replay]
+    assert [r["straggle"] * r["_compute"] for r in ups] == pytest.approx(
+        [seconds for seconds, _ in replay], rel=1e-9)
+    assert sum(1 for r in ups if r["staleness"]) > 3 and max(
+        max(r["staleness"], default=0) for r in ups) == 2
+    # stale gradients change the training; the parameter server's math is the reference's
+    losses = [r["loss"] for r in ups]
+    first = next(i for i, r in enumerate(ups) if r["staleness"])  # sync's math until then
+    assert first > 0 and losses[:first] == [r["loss"] for r in _updates(sync)][:first]
+    assert losses[first] != _updates(sync)[first]["loss"]  # its loss is on stale weights
+    np.testing.assert_allclose(losses, [r["loss"] for r in _updates(reference)], rtol=1e-5)
+    assert state.time_sim < sync.time_sim  # the stragglers' waits overlap
+
+
+@pytest.mark.parametrize("mode", ["local", "centralized"])
+def test_an_ssp_run_resumes_bit_identical(blobs, scheduler, tmp_path, mode):
+    kw = dict(profile="aws-5pct", sync="ssp:2", checkpoint_every=5)
+    whole = _run(blobs, mode, scheduler, **kw)
+    path = str(tmp_path / "part.pt")
+    assert _run(blobs, mode, scheduler, max_updates=13, checkpoint_path=path, **kw).update == 13
+    X, y, Xt, yt = blobs
+    resumed = train(config(mode, RANKS, **{**FIXED, **kw}), TrainData.from_arrays(X, y, Xt, yt),
+                    cluster=scheduler, checkpoint_path=path, resume=True)
+    assert resumed.update == whole.update > 13
+    assert_same_run(whole, resumed)
+
+
+def test_ssp_is_refused_with_all_reduce():
+    with pytest.raises(ConfigError, match="sync='ssp:2'.*parameter-server"):
+        config("decentralized", 2, sync="ssp:2").validate()
+
+
+@pytest.mark.parametrize("sync", ["backup", "backup:-1", "ssp", "ssp:x", "async", 2])
 def test_a_bad_sync_is_refused_naming_it(sync):
     with pytest.raises(ConfigError, match="sync") as refused:
         parse_sync(sync)
