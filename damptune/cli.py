@@ -102,6 +102,8 @@ def _add_train_parser(sub: Any) -> None:
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--profile", default=DEFAULT_PROFILE,
                    help="network profile of the simulated time (see `damptune simulate`)")
+    t.add_argument("--sync", default="sync", help="how an update tolerates the profile's "
+                   "stragglers: sync, backup:B or ssp:S (docs/engine.md)")
 
 
 def _progress_bar(args: argparse.Namespace, n_train: int) -> tuple[Any, Callable[[Record], None]]:
@@ -139,7 +141,7 @@ def _classifier(args: argparse.Namespace, callback: Callable[[Record], None]) ->
         micro_batch=args.micro_batch, seed=args.seed, eval_flush=args.eval_flush,
         checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds, resume=args.resume, profile=args.profile,
-        callback=callback, **{f"batch_size__{k}": v for k, v in args.param},
+        sync=args.sync, callback=callback, **{f"batch_size__{k}": v for k, v in args.param},
     )
 
 
@@ -157,6 +159,7 @@ def _summary(args: argparse.Namespace, clf: Any, n_train: int, wall: float) -> d
         "train_seconds": clf.state_.time_elapsed,
         "simulated_seconds": clf.state_.time_sim,
         "profile": args.profile,
+        "sync": args.sync,
         "wall_seconds": wall,
         "stopped": clf.stopped_,
         "interrupted": clf.state_.interrupted,

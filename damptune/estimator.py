@@ -41,6 +41,7 @@ _PASSED_THROUGH = (
     "per_worker_batch", "min_workers", "max_workers", "max_epochs", "max_updates",
     "eval_every", "checkpoint_every", "checkpoint_seconds", "checkpoint_keep", "seed", "mode",
     "device", "timeout", "profile", "overhead", "micro_batch", "share_gpus", "eval_flush",
+    "sync",
 )
 
 
@@ -91,6 +92,7 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         callback: called with every progress record; may raise ``StopTraining``.
         profile: network profile of the records' simulated time ``time_sim``
             (:mod:`damptune.netmodel`).
+        sync: how an update tolerates the profile's stragglers: sync, backup:B or ssp:S.
         compute_per_example: seconds of forward+backward per example on one rank for the
             simulated time (None: measured on this machine, cached).
         overhead: seconds per update added to the simulated time.
@@ -128,6 +130,7 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         micro_batch: int | None = None,
         share_gpus: bool = False,
         eval_flush: bool = True,
+        sync: str = "sync",
         **kwargs: Any,
     ) -> None:
         self.module = module
@@ -145,15 +148,14 @@ class DampedClassifier(ClassifierMixin, BaseEstimator):
         self.device = device
         self.seed = seed
         self.checkpoint_path = checkpoint_path
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_seconds = checkpoint_seconds
+        self.checkpoint_every, self.checkpoint_seconds = checkpoint_every, checkpoint_seconds
         self.checkpoint_keep = checkpoint_keep
         self.resume = resume
         self.callback = callback
-        self.timeout, self.profile = timeout, profile
+        self.timeout, self.profile, self.sync = timeout, profile, sync
         self.compute_per_example = compute_per_example
-        self.overhead, self.micro_batch, self.share_gpus = overhead, micro_batch, share_gpus
-        self.eval_flush = eval_flush
+        self.overhead, self.micro_batch, self.share_gpus, self.eval_flush = (
+            overhead, micro_batch, share_gpus, eval_flush)
         _check_prefixed(kwargs)
         self.__dict__.update(kwargs)
 

@@ -193,3 +193,27 @@ def test_aws_5pct_is_ddp_100g_with_stragglers():
     assert aws.stragglers == AWS_5PCT and ddp.stragglers is None
     assert (aws.bandwidth_gbps, aws.latency_us, aws.overhead_ms) == (
         ddp.bandwidth_gbps, ddp.latency_us, ddp.overhead_ms)
+
+
+def test_damptune_train_takes_a_straggler_profile_and_a_sync(tmp_path):
+    """`damptune train --profile aws-5pct --sync backup:1` drops gradients (its checkpoint's
+    records say which); a sync the mode cannot run exits 2 naming it."""
+    import subprocess
+    import sys
+
+    from damptune import load_checkpoint
+
+    args = [sys.executable, "-m", "damptune", "train", "--model", "mlp", "--epochs", "1",
+            "--workers", "4", "--min-workers", "4", "--per-worker-batch", "8", "--mode",
+            "local", "--no-progress", "--json", "--profile", "aws-5pct"]
+    ckpt = tmp_path / "run.pt"
+    out = subprocess.run([*args, "--sync", "backup:1", "--checkpoint", str(ckpt)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert '"sync": "backup:1"' in out.stdout
+    ups = [r for r in load_checkpoint(str(ckpt))["history"] if r["kind"] == "update"]
+    assert ups and all(r["examples_dropped"] > 0 for r in ups)
+    decentralized = [a if a != "local" else "decentralized" for a in args]
+    refused = subprocess.run([*decentralized, "--sync", "ssp:2"], capture_output=True,
+                             text=True, timeout=300)
+    assert refused.returncode == 2 and "sync='ssp:2'" in refused.stderr, refused.stderr
