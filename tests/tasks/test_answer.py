@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from damptune import TrainConfig
-from damptune.netmodel import PROFILES, time_to_target
+from damptune.netmodel import REPLAY_PROFILES, time_to_target
 from tasks.answer import n_params_of, rank_cells, replay_on_profiles
 from tasks.figures import FIGURES, accuracy_curves, profiles_bars, time_vs_network
 from tasks.grid import Cell, checkpoint_path
@@ -95,7 +95,7 @@ def test_replay_on_the_grid_profile_gives_the_trial_value(grid):
     report = build_report(grid_rows(grid.storage, grid_name="rep"), run_dir=grid.run_dir)
     reached = {(r["network"], r["algorithm"]): r for r in report["ranking"] if r["reached"]}
     own = [p for p in report["profiles"] if p["profile"] == grid.profile]
-    assert len(report["profiles"]) == len(PROFILES) * len(report["ranking"]) and own
+    assert len(report["profiles"]) == len(REPLAY_PROFILES) * len(report["ranking"]) and own
     for p in own:
         row = reached.get((p["network"], p["algorithm"]))
         assert p["reached"] is (row is not None)
@@ -216,7 +216,7 @@ def test_the_report_states_the_cost_models_ceiling_from_the_grids_own_trials(gri
     report = build_report(grid_rows(grid.storage, grid_name="rep"), run_dir=grid.run_dir,
                           storage=grid.storage, grid_name="rep")
     assert sorted((r["network"], r["profile"]) for r in report["headroom"]) == sorted(
-        (n, p) for n in NETWORKS for p in PROFILES)
+        (n, p) for n in NETWORKS for p in REPLAY_PROFILES)
     rows = {(r["network"], r["model"]): r for r in report["headroom"]
             if r["profile"] == grid.profile}
     assert set(rows) == {(n, "mlp") for n in NETWORKS}
