@@ -61,7 +61,8 @@ def arrived(state: TrainState, shares: list[np.ndarray], cost: CostModel,
 def gradient(state: TrainState, ops: Ops, got: Arrived) -> tuple[float, float, float, int]:
     """The update's gradient sum into ``.grad`` (``Ops.gradient``'s answer): at once when
     every gradient is fresh; else one pass per staleness, each rank's shares on the weights
-    of that many updates before the newest (:func:`keep_version`), then the newest back."""
+    of that many updates before the newest (:func:`keep_version`: the newest is the last
+    kept), then the newest back."""
     if not got.staleness:
         return ops.gradient(got.shares)
     params = list(state.model.parameters())
@@ -86,10 +87,12 @@ def gradient(state: TrainState, ops: Ops, got: Arrived) -> tuple[float, float, f
 
 
 def keep_version(state: TrainState) -> None:
-    """Under ``ssp:S``, keep the newest weights among the last ``S + 1`` versions (the
-    newest last), for the gradients of later updates that start before they are replaced."""
+    """Before an update under ``ssp:S`` on a profile with stragglers (else no gradient is ever
+    stale), keep the weights it starts from among the last ``S + 1`` versions (the newest
+    last): its gradients, and those of the next ``S`` updates, may be computed on them."""
     tolerance = parse_sync(state.config.sync)
-    if tolerance.kind != "ssp" or tolerance.staleness == 0:
+    if (tolerance.kind != "ssp" or tolerance.staleness == 0
+            or get_profile(state.config.profile).stragglers is None):
         return
     newest = parameters_to_vector(state.model.parameters()).detach().clone()
     state.weight_versions = (state.weight_versions + [newest])[-(tolerance.staleness + 1):]

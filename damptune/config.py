@@ -130,7 +130,8 @@ class TrainConfig:
     overhead: float | None = None
     overhead_per_rank: float | None = None
     # how an update tolerates the profile's stragglers (damptune.tolerance): "sync" waits for
-    # every rank; "backup:B" drops the B slowest ranks' gradients
+    # every rank; "backup:B" drops the B slowest ranks' gradients; "ssp:S" lets ranks compute
+    # on weights up to S updates stale (mode centralized or local)
     sync: str = "sync"
     timeout: float = 120.0  # seconds any remote wait may take
 

@@ -270,14 +270,12 @@ def apply_update(state: TrainState, ops: Ops, step: Step, *, n_ranks: int, cost:
     global batch); records and emits it; returns the ranks' flag."""
     t0 = time.perf_counter()
     indices = state.sampler.take(step.batch_size)
-    if not state.weight_versions:
-        keep_version(state)  # ssp: the weights the first updates' gradients may be stale on
+    keep_version(state)  # ssp: the weights this and later updates' gradients may be stale on
     got = arrived(state, split_shares(indices, n_ranks), cost, step.batch_size)
     used = sum(len(share) for share in got.shares)  # the examples whose gradients arrived
     loss_sum, t_compute, t_comm, flag = gradient(state, ops, got)
     loss_sum, grad_sq, flag, t_sync = ops.step(state.optimizer, lr=step.lr, batch_size=used,
                                                loss_sum=loss_sum, flag=flag)
-    keep_version(state)
     t_comm += t_sync
     damper_examples, t_damper = state.pending_damper_examples, state.pending_damper_seconds
     t_update = time.perf_counter() - t0 + t_damper

@@ -60,7 +60,8 @@ class Arrival:
 
 
 def parse_sync(text: object) -> Tolerance:
-    """``"sync"`` or ``"backup:B"``; a :class:`ConfigError` naming ``sync`` otherwise."""
+    """``"sync"``, ``"backup:B"`` or ``"ssp:S"``; a :class:`ConfigError` naming ``sync``
+    otherwise."""
     if text == "sync":
         return Tolerance()
     match = _PATTERN.match(text) if isinstance(text, str) else None
